@@ -1,0 +1,49 @@
+# The two commands of the README's quick start are `make book` and `make test`.
+# Both create .venv on first use and reinstall when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+JOBS   ?= 2
+
+export TF_CPP_MIN_LOG_LEVEL ?= 3
+export PYTHONHASHSEED ?= 0
+
+.PHONY: help install book test test-fast lint exercises notebooks clean
+
+help:
+	@echo "make book       build the HTML book into _build/html, executing every notebook"
+	@echo "make test       run every test: unit, parity, nbval over chapters and solutions"
+	@echo "make exercises  regenerate exercises/ from solutions/"
+	@echo "make notebooks  write .ipynb copies of every MyST notebook (for classic Jupyter)"
+	@echo "make lint       ruff"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed")'
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	# Prefer the CPU build of torch where the machine has it; fall back to the project's range.
+	$(PY) -m pip install -q "torch==2.13.0" || echo "torch 2.13.0 not available: using the range in pyproject.toml"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(STAMP)
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . --builder html --keep-going
+	@test -z "$$(ls -A _build/html/reports 2>/dev/null)" || (echo "cell errors: see _build/html/reports" && exit 1)
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-cell-timeout=900
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+exercises: $(STAMP)
+	$(PY) -m companion.exercises solutions exercises
+
+notebooks: $(STAMP)
+	$(VENV)/bin/jupytext --to ipynb notebooks/*.md solutions/*.md exercises/*.md
+
+clean:
+	rm -rf _build notebooks/*.ipynb solutions/*.ipynb exercises/*.ipynb

@@ -1,0 +1,194 @@
+"""Exercise checks shared by the notebooks (immediate feedback) and the grader (``python -m companion.grade``).
+
+Each chapter has a module ``companion.checks.chNN`` whose checker functions are registered with
+:func:`exercise`. A checker receives the student's object (a function or a class), calls it on seeded random
+inputs of several shapes, compares with the companion's reference and raises :class:`CheckFailed` (an
+``AssertionError``) with a message that names the likely mistake.
+
+In a notebook::
+
+    from companion.checks import check
+    check("pad_batch", pad_batch)
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+TRACKS = ("numpy", "torch", "keras")
+
+
+class CheckFailed(AssertionError):
+    """A wrong answer, with a message meant for the student."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One graded exercise: the student defines ``symbol`` in the notebook ``chapter``."""
+
+    id: str
+    chapter: str
+    symbol: str
+    track: str
+    title: str
+    checker: Callable[[Any], None]
+
+
+_REGISTRY: dict[str, Exercise] = {}
+
+
+def exercise(chapter: str, symbol: str, title: str, track: str = "numpy") -> Callable:
+    """Register the decorated checker for the exercise whose answer is named ``symbol``.
+
+    The exercise id is ``symbol``; it must be unique across the course.
+    """
+    if track not in TRACKS:
+        raise ValueError(f"track must be one of {TRACKS}; got {track!r}")
+
+    def register(checker: Callable[[Any], None]) -> Callable[[Any], None]:
+        if symbol in _REGISTRY and _REGISTRY[symbol].checker.__qualname__ != checker.__qualname__:
+            raise ValueError(f"exercise id {symbol!r} is registered twice")
+        _REGISTRY[symbol] = Exercise(symbol, chapter, symbol, track, title, checker)
+        return checker
+
+    return register
+
+
+def registry() -> dict[str, Exercise]:
+    """Every exercise of the course, by id (imports all chapter modules on first use)."""
+    for module in pkgutil.iter_modules(__path__):
+        if module.name.startswith("ch"):
+            importlib.import_module(f"{__name__}.{module.name}")
+    return dict(_REGISTRY)
+
+
+def exercises_for(chapter: str) -> list[Exercise]:
+    """The exercises of one notebook, in the order they were registered."""
+    return [e for e in registry().values() if e.chapter == chapter]
+
+
+def run_check(exercise_id: str, obj: Any) -> None:
+    """Run one check; raise CheckFailed with a student-facing message on any problem."""
+    exercises = registry()
+    if exercise_id not in exercises:
+        raise KeyError(f"no exercise called {exercise_id!r}; known: {', '.join(sorted(exercises))}")
+    if obj is None:
+        raise CheckFailed(f"{exercise_id}: nothing to check: define `{exercise_id}` first")
+    try:
+        exercises[exercise_id].checker(obj)
+    except CheckFailed as failure:
+        raise CheckFailed(f"{exercise_id}: {failure}") from None
+    except NotImplementedError:
+        raise CheckFailed(f"{exercise_id}: not implemented yet (replace the `raise NotImplementedError`)") from None
+
+
+def check(exercise_id: str, obj: Any) -> None:
+    """Check a student's answer inside a notebook: prints a tick or raises CheckFailed with a hint."""
+    run_check(exercise_id, obj)
+    print(f"✓ {exercise_id}: passed ({registry()[exercise_id].title})")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers for writing checkers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def call(fn: Callable, *args, **kwargs) -> Any:
+    """Call the student's code; turn any exception but NotImplementedError into a readable CheckFailed."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except CheckFailed:
+        raise
+    except Exception as error:  # the student's bug, reported rather than crashing the check
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise CheckFailed(f"calling {name} raised {type(error).__name__}: {error}") from None
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """Convert a NumPy array, list, torch tensor or Keras/TensorFlow tensor to a NumPy array."""
+    if hasattr(value, "detach"):  # torch
+        return value.detach().cpu().numpy()
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):  # TensorFlow eager tensor
+        return np.asarray(value.numpy())
+    try:
+        return np.asarray(value)
+    except Exception as error:
+        raise CheckFailed(f"expected an array or tensor; got {type(value).__name__} ({error})") from None
+
+
+def expect_shape(actual: np.ndarray, shape: tuple, what: str) -> None:
+    if tuple(actual.shape) != tuple(shape):
+        raise CheckFailed(f"{what} should have shape {tuple(shape)}; got {tuple(actual.shape)}")
+
+
+def expect_close(
+    actual: Any,
+    expected: np.ndarray,
+    what: str,
+    mistakes: dict[str, np.ndarray] | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> None:
+    """Compare with the reference; when the answer matches a known wrong variant, say which mistake it is.
+
+    Args:
+        actual: the student's output.
+        expected: the right answer.
+        what: how to name the output in messages, e.g. "pad_batch(batch, 5)".
+        mistakes: message -> the output that this mistake would produce.
+    """
+    actual = to_numpy(actual)
+    expected = np.asarray(expected)
+    if actual.shape != expected.shape:
+        for message, wrong in (mistakes or {}).items():
+            if np.shape(wrong) == actual.shape and np.allclose(actual, wrong, atol=atol, rtol=rtol):
+                raise CheckFailed(f"{what} has shape {actual.shape}, expected {expected.shape}. Likely: {message}")
+        raise CheckFailed(f"{what} should have shape {expected.shape}; got {actual.shape}")
+    if actual.dtype.kind == "f" and not np.isfinite(actual[np.isfinite(expected)]).all():
+        raise CheckFailed(f"{what} contains NaN or infinity where the answer is finite")
+    if np.allclose(actual, expected, atol=atol, rtol=rtol):
+        return
+    for message, wrong in (mistakes or {}).items():
+        if np.shape(wrong) == actual.shape and np.allclose(actual, wrong, atol=atol, rtol=rtol):
+            raise CheckFailed(f"{what} is not right. Likely: {message}")
+    error = np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64)))
+    raise CheckFailed(f"{what} differs from the expected values (largest difference {error:.3g})")
+
+
+def expect_equal(actual: Any, expected: Any, what: str, mistakes: dict[str, Any] | None = None) -> None:
+    """Exact comparison for integers, lists and dictionaries; names a known mistake when it matches one."""
+    normal = _normalise(actual)
+    if normal == _normalise(expected):
+        return
+    for message, wrong in (mistakes or {}).items():
+        if normal == _normalise(wrong):
+            raise CheckFailed(f"{what} is not right. Likely: {message}")
+    raise CheckFailed(f"{what} should be {_short(expected)}; got {_short(actual)}")
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items()}
+    if hasattr(value, "tolist") or hasattr(value, "detach"):
+        return to_numpy(value).tolist()
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(_normalise(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    """The seeded generator every checker uses, so a verdict never depends on luck."""
+    return np.random.default_rng(seed)

@@ -1,0 +1,133 @@
+"""Checks for chapter 1, "Text as numbers"."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from companion import text
+from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+
+CHAPTER = "01_text_as_numbers"
+
+_SENTENCE_SETS = [
+    text.WORD_BOX_SENTENCES,
+    ["the cat sat", "the dog sat down", "a cat and a dog"],
+    ["one", "two two", "three three three", "one two three four"],
+]
+
+
+@exercise(CHAPTER, "build_vocabulary", "ids from 1 in order of first appearance; 0 stays for PAD")
+def check_build_vocabulary(build_vocabulary) -> None:
+    for sentences in _SENTENCE_SETS:
+        words = [w for s in sentences for w in s.split()]
+        expected = {w: i for i, w in enumerate(dict.fromkeys(words), start=1)}
+        answer = call(build_vocabulary, list(sentences))
+        if not isinstance(answer, dict):
+            raise CheckFailed(f"build_vocabulary should return a dict word -> id; got {type(answer).__name__}")
+        expect_equal(
+            answer,
+            expected,
+            f"build_vocabulary({sentences!r})",
+            mistakes={
+                "ids start at 0, but 0 is reserved for PAD: start at 1": {w: i - 1 for w, i in expected.items()},
+                "words are numbered in sorted order; number them in order of first appearance": {
+                    w: i for i, w in enumerate(sorted(expected), start=1)
+                },
+                "a repeated word got a new id; keep the id of its first appearance": {
+                    w: i for i, w in enumerate(words, start=1)
+                },
+            },
+        )
+
+
+@exercise(CHAPTER, "pad_batch", "pad on the right with 0, truncate on the right, stack into (batch, length)")
+def check_pad_batch(pad_batch) -> None:
+    generator = rng(1)
+    cases = [([[1, 2, 3, 4, 5], [6, 7, 8], [1, 9, 10, 3, 4, 11]], 5)]
+    for _ in range(4):
+        lengths = generator.integers(1, 9, size=generator.integers(1, 5))
+        cases.append(([list(generator.integers(1, 50, size=n)) for n in lengths], int(generator.integers(1, 8))))
+    for batch, length in cases:
+        expected = text.pad_batch(batch, length)
+        answer = to_numpy(call(pad_batch, [list(s) for s in batch], length))
+        left = np.array([([0] * (length - len(s)) + list(s))[-length:] if len(s) < length else s[:length] for s in batch])
+        keep_end = np.array([text.pad_or_truncate(s[-length:], length) for s in batch])
+        expect_close(
+            answer,
+            expected,
+            f"pad_batch({batch}, {length})",
+            mistakes={
+                "the padding went on the left; the course pads on the right": left,
+                "long sequences lost their beginning; truncate by keeping the first `length` ids": keep_end,
+            },
+        )
+        if not np.issubdtype(answer.dtype, np.integer):
+            raise CheckFailed(f"pad_batch should return integer ids; got dtype {answer.dtype}")
+
+
+@exercise(CHAPTER, "one_hot_batch", "ids (batch, length) of a vocabulary of n words -> (batch, length, n + 1)")
+def check_one_hot_batch(one_hot_batch) -> None:
+    generator = rng(2)
+    hint = "the vectors are one position short: with n words and PAD the depth is n + 1"
+    for shape, num_words in [((3, 5), 11), ((2, 4), 6), ((1, 1), 2)]:
+        ids = generator.integers(0, num_words + 1, size=shape)
+        ids_without_largest = np.minimum(ids, num_words - 1)
+        # The off-by-one depth shows in two ways: an index error on the largest id, or a short last axis.
+        try:
+            short = call(one_hot_batch, ids_without_largest.copy(), num_words)
+        except CheckFailed as failure:
+            short = None
+            if "IndexError" not in str(failure):
+                raise
+        if short is not None and to_numpy(short).shape[-1:] == (num_words,):
+            raise CheckFailed(hint)
+        ids.flat[0] = num_words  # the largest id must fit
+        expected = text.one_hot(ids, num_words + 1)
+        try:
+            answer = call(one_hot_batch, ids.copy(), num_words)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure}. Likely: {hint}" if "IndexError" in str(failure) else str(failure)) from None
+        expect_close(
+            answer,
+            expected,
+            f"one_hot_batch(ids of shape {shape}, num_words={num_words})",
+            mistakes={"the axes are in the wrong order; the one-hot axis goes last": np.moveaxis(expected, -1, 0)},
+        )
+
+
+def _embedding_cases(seed: int):
+    generator = rng(seed)
+    for batch, length, vocab, d_model in [(2, 5, 12, 4), (3, 7, 20, 8), (1, 1, 5, 3)]:
+        ids = generator.integers(0, vocab, size=(batch, length))
+        table = generator.standard_normal((vocab, d_model)).astype(np.float32)
+        yield ids, table
+
+
+def _check_embedding(embed, to_framework, name: str) -> None:
+    for ids, table in _embedding_cases(3):
+        vocab, d_model = table.shape
+        expected = table[ids] * np.sqrt(d_model)
+        answer = call(embed, *to_framework(ids, table))
+        expect_close(
+            answer,
+            expected,
+            f"{name}(ids of shape {ids.shape}, table of shape {table.shape})",
+            mistakes={
+                "the sqrt(d_model) factor is missing": table[ids],
+                "you divided by sqrt(d_model); multiply instead": table[ids] / np.sqrt(d_model),
+            },
+        )
+
+
+@exercise(CHAPTER, "embed_torch", "embedding as one-hot @ table, times sqrt(d_model), in PyTorch", track="torch")
+def check_embed_torch(embed_torch) -> None:
+    import torch
+
+    _check_embedding(embed_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "embed_torch")
+
+
+@exercise(CHAPTER, "embed_keras", "embedding as one-hot @ table, times sqrt(d_model), in Keras", track="keras")
+def check_embed_keras(embed_keras) -> None:
+    from keras import ops
+
+    _check_embedding(embed_keras, lambda i, t: (ops.convert_to_tensor(i), ops.convert_to_tensor(t)), "embed_keras")

@@ -1,0 +1,41 @@
+"""Test-session set-up shared by the unit tests and nbval.
+
+nbval reads only ``.ipynb``; the chapters and solutions are MyST Markdown. Before collection, the controller
+process writes an ``.ipynb`` next to each source (ignored by git) so relative paths behave as in the book.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Set before any test imports TensorFlow or torch: exact numbers, quiet logs, one thread per test worker.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ROOT = Path(__file__).parent
+NOTEBOOK_DIRS = ("notebooks", "solutions")
+
+
+def pytest_configure(config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller has converted already
+        return
+    if not config.getoption("--nbval-lax", default=False) and not config.getoption("--nbval", default=False):
+        return
+    import jupytext
+
+    for folder in NOTEBOOK_DIRS:
+        for source in sorted((ROOT / folder).glob("*.md")):
+            target = source.with_suffix(".ipynb")
+            if target.exists() and target.stat().st_mtime >= source.stat().st_mtime:
+                continue
+            jupytext.write(jupytext.read(source), target)
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    # Only the jupytext conversions are notebooks; the exercises are expected to fail their checks.
+    if collection_path.suffix == ".ipynb" and collection_path.parent.name == "exercises":
+        return True
+    return None

@@ -1,0 +1,108 @@
+"""One source for exercises: the stubs are generated from the solutions, solutions pass, stubs fail."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from companion import exercises
+from companion.checks import CheckFailed, exercises_for, registry, run_check
+from companion.notebook_code import load_definitions
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = sorted((ROOT / "solutions").glob("*.md"))
+
+
+def test_committed_exercises_match_the_generator():
+    expected = exercises.expected_exercises(ROOT / "solutions")
+    committed = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "exercises").glob("*.md")}
+    assert sorted(committed) == sorted(expected), "exercises/ and solutions/ hold different notebooks"
+    stale = [name for name in expected if committed[name] != expected[name]]
+    assert not stale, f"exercises out of date, run `make exercises`: {stale}"
+
+
+def test_generator_replaces_code_and_prose_blocks():
+    solution = (
+        "---\njupytext: {}\n---\n\n```{code-cell} ipython3\ndef f(x):\n    ### BEGIN SOLUTION\n    return x\n"
+        "    ### END SOLUTION\n```\n<!-- BEGIN SOLUTION -->\nsecret\n<!-- END SOLUTION -->\n"
+    )
+    stub = exercises.make_exercise(solution, "demo.md")
+    assert stub.startswith("---\njupytext: {}\n---\n")
+    assert '    raise NotImplementedError("Exercise: replace this line with your code")\n' in stub
+    assert "return x" not in stub and "secret" not in stub and "SOLUTION" not in stub
+    with pytest.raises(ValueError, match="no solution markers"):
+        exercises.make_exercise("plain text", "demo.md")
+    with pytest.raises(ValueError, match="unbalanced"):
+        exercises.make_exercise("### BEGIN SOLUTION\nx\n", "demo.md")
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_every_exercise_passes_with_the_solution_and_fails_with_the_stub(solution):
+    chapter_exercises = exercises_for(solution.stem)
+    assert len(chapter_exercises) >= 3, f"{solution.stem} has fewer than 3 registered exercises"
+    answers = load_definitions(solution)
+    stubs = load_definitions(ROOT / "exercises" / solution.name)
+    for item in chapter_exercises:
+        run_check(item.id, answers[item.symbol])
+        with pytest.raises(CheckFailed, match="not implemented yet"):
+            run_check(item.id, stubs[item.symbol])
+
+
+def test_unknown_exercise_and_missing_answer():
+    with pytest.raises(KeyError, match="no exercise called"):
+        run_check("no_such_exercise", len)
+    with pytest.raises(CheckFailed, match="define `pad_batch` first"):
+        run_check("pad_batch", None)
+    assert all(e.track in ("numpy", "torch", "keras") for e in registry().values())
+
+
+# Typical wrong answers for chapter 1, each of which must be named in the message.
+def _vocab_from_zero(sentences):
+    words = [w for s in sentences for w in s.split()]
+    return {w: i for i, w in enumerate(dict.fromkeys(words))}
+
+
+def _vocab_sorted(sentences):
+    return {w: i for i, w in enumerate(sorted({w for s in sentences for w in s.split()}), start=1)}
+
+
+def _pad_left(batch, length, pad_id=0):
+    return np.array([[pad_id] * (length - len(s[:length])) + list(s[:length]) for s in batch])
+
+
+def _truncate_end(batch, length, pad_id=0):
+    return np.array([list(s[-length:]) + [pad_id] * (length - len(s[-length:])) for s in batch])
+
+
+def _one_hot_short(ids, num_words):
+    return np.eye(num_words, dtype=np.float32)[ids]
+
+
+def _embed_unscaled(ids, table):
+    import torch
+
+    return torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype) @ table
+
+
+@pytest.mark.parametrize(
+    "exercise_id, wrong, message",
+    [
+        ("build_vocabulary", _vocab_from_zero, "0 is reserved for PAD"),
+        ("build_vocabulary", _vocab_sorted, "order of first appearance"),
+        ("pad_batch", _pad_left, "padding went on the left"),
+        ("pad_batch", _truncate_end, "lost their beginning"),
+        ("one_hot_batch", _one_hot_short, "one position short"),
+        ("embed_torch", _embed_unscaled, "sqrt"),
+    ],
+)
+def test_typical_mistakes_are_named(exercise_id, wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        run_check(exercise_id, wrong)
+
+
+def test_a_crashing_answer_is_reported_not_raised():
+    def broken(batch, length, pad_id=0):
+        return 1 / 0
+
+    with pytest.raises(CheckFailed, match="ZeroDivisionError"):
+        run_check("pad_batch", broken)
