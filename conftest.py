@@ -39,3 +39,23 @@ def pytest_ignore_collect(collection_path: Path, config):
     if collection_path.suffix == ".ipynb" and collection_path.parent.name == "exercises":
         return True
     return None
+
+
+_notebook_cells: dict[str, list[str]] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    # Runs in the controller for every test, xdist workers included: tally notebook cells per file.
+    path = report.nodeid.split("::", 1)[0]
+    if path.endswith(".ipynb") and report.when == "call":
+        _notebook_cells.setdefault(path, []).append(report.outcome)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _notebook_cells:
+        return
+    terminalreporter.section("notebooks run by nbval")
+    for path, outcomes in sorted(_notebook_cells.items()):
+        failed = sum(o == "failed" for o in outcomes)
+        status = "FAILED" if failed else "ok"
+        terminalreporter.write_line(f"{path}: {len(outcomes)} cells, {failed} failed: {status}")
