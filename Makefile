@@ -10,12 +10,13 @@ JOBS   ?= 2
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export PYTHONHASHSEED ?= 0
 
-.PHONY: help install book test test-fast lint exercises notebooks clean
+.PHONY: help install book test test-fast lint exercises notebooks clean grade
 
 help:
 	@echo "make book       build the HTML book into _build/html, executing every notebook"
 	@echo "make test       run every test: unit, parity, nbval over chapters and solutions"
 	@echo "make exercises  regenerate exercises/ from solutions/"
+	@echo "make grade      grade your exercises/ (TRACK=torch or TRACK=keras for one framework)"
 	@echo "make notebooks  write .ipynb copies of every MyST notebook (for classic Jupyter)"
 	@echo "make lint       ruff"
 
@@ -41,6 +42,9 @@ lint: $(STAMP)
 
 exercises: $(STAMP)
 	$(PY) -m companion.exercises solutions exercises
+
+grade: $(STAMP)
+	$(PY) -m companion.grade exercises $(if $(TRACK),--track $(TRACK))
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --to ipynb notebooks/*.md solutions/*.md exercises/*.md

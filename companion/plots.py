@@ -69,3 +69,72 @@ def attention_heatmap(
         weights, ax=ax, xlabels=key_tokens, ylabels=query_tokens, title=title, xlabel="key (attended to)",
         ylabel="query (attending)", cmap="Blues", colorbar=colorbar, vmin=0.0, vmax=1.0,
     )
+
+
+def attention_grid(
+    weights: np.ndarray,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    titles: Sequence[str] | None = None,
+    ncols: int = 4,
+    suptitle: str | None = None,
+    panel_size: float = 2.6,
+) -> plt.Figure:
+    """One attention heatmap per head, ``weights`` of shape ``(num_heads, query_len, key_len)``.
+
+    Queries run down the vertical axis and keys along the horizontal axis of every panel, as in
+    :func:`attention_heatmap`; all panels share the colour scale 0..1 (one colour bar for the figure).
+    """
+    weights = np.asarray(weights)
+    if weights.ndim != 3 or weights.shape[1:] != (len(query_tokens), len(key_tokens)):
+        raise ValueError(
+            f"weights must have shape (num_heads, query_len, key_len) = (h, {len(query_tokens)}, {len(key_tokens)}); "
+            f"got {weights.shape}"
+        )
+    num_heads = weights.shape[0]
+    ncols = max(1, min(ncols, num_heads))
+    nrows = -(-num_heads // ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(panel_size * ncols + 1.0, panel_size * nrows + 0.6), squeeze=False, layout="constrained"
+    )
+    titles = list(titles) if titles is not None else [f"head {h}" for h in range(num_heads)]
+    for index, ax in enumerate(axes.flat):
+        if index >= num_heads:
+            ax.axis("off")
+            continue
+        attention_heatmap(weights[index], query_tokens, key_tokens, ax=ax, title=titles[index], colorbar=False)
+        if index % ncols:
+            ax.set_ylabel("")
+            ax.set_yticklabels([])
+        if index < num_heads - ncols:
+            ax.set_xlabel("")
+            ax.set_xticklabels([])
+    fig.colorbar(axes.flat[0].images[0], ax=axes, fraction=0.03, pad=0.02, label="attention weight")
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def mask_heatmap(
+    mask: np.ndarray,
+    ax: plt.Axes | None = None,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    title: str | None = None,
+) -> plt.Axes:
+    """A boolean attention mask ``(query_len, key_len)``: dark = may attend (True), light = blocked (False).
+
+    A ``(1, key_len)`` padding mask is drawn as one row; broadcast it first to see it per query.
+    """
+    mask = np.asarray(mask)
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be 2-D (query_len, key_len); got shape {mask.shape}")
+    ax = heatmap(
+        mask.astype(float), ax=ax, xlabels=key_tokens, ylabels=query_tokens, title=title, xlabel="key (attended to)",
+        ylabel="query (attending)", cmap="Greys", colorbar=False, vmin=0.0, vmax=1.0,
+    )
+    if query_tokens is None:
+        ax.set_yticks(range(mask.shape[0]))
+    if key_tokens is None:
+        ax.set_xticks(range(mask.shape[1]))
+    return ax

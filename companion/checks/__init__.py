@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,12 +61,29 @@ def exercise(chapter: str, symbol: str, title: str, track: str = "numpy") -> Cal
     return register
 
 
+_IMPORT_ERRORS: dict[str, str] = {}
+
+
 def registry() -> dict[str, Exercise]:
-    """Every exercise of the course, by id (imports all chapter modules on first use)."""
+    """Every exercise of the course, by id (imports all chapter modules on first use).
+
+    A chapter module that fails to import is left out (see :func:`import_errors`), so that one broken chapter
+    does not stop the checks of the others.
+    """
     for module in pkgutil.iter_modules(__path__):
-        if module.name.startswith("ch"):
-            importlib.import_module(f"{__name__}.{module.name}")
+        name = f"{__name__}.{module.name}"
+        if module.name.startswith("ch") and name not in sys.modules and name not in _IMPORT_ERRORS:
+            try:
+                importlib.import_module(name)
+            except Exception as error:
+                _IMPORT_ERRORS[name] = f"{type(error).__name__}: {error}"
     return dict(_REGISTRY)
+
+
+def import_errors() -> dict[str, str]:
+    """Chapter check modules that failed to import, with the error."""
+    registry()
+    return dict(_IMPORT_ERRORS)
 
 
 def exercises_for(chapter: str) -> list[Exercise]:
@@ -77,7 +95,8 @@ def run_check(exercise_id: str, obj: Any) -> None:
     """Run one check; raise CheckFailed with a student-facing message on any problem."""
     exercises = registry()
     if exercise_id not in exercises:
-        raise KeyError(f"no exercise called {exercise_id!r}; known: {', '.join(sorted(exercises))}")
+        broken = "".join(f"; {name} failed to import ({error})" for name, error in _IMPORT_ERRORS.items())
+        raise KeyError(f"no exercise called {exercise_id!r}; known: {', '.join(sorted(exercises))}{broken}")
     if obj is None:
         raise CheckFailed(f"{exercise_id}: nothing to check: define `{exercise_id}` first")
     try:
@@ -113,15 +132,22 @@ def call(fn: Callable, *args, **kwargs) -> Any:
 
 
 def to_numpy(value: Any) -> np.ndarray:
-    """Convert a NumPy array, list, torch tensor or Keras/TensorFlow tensor to a NumPy array."""
-    if hasattr(value, "detach"):  # torch
-        return value.detach().cpu().numpy()
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):  # TensorFlow eager tensor
-        return np.asarray(value.numpy())
+    """Convert a NumPy array, list, torch tensor or Keras/TensorFlow tensor to a plain NumPy array.
+
+    The result is always a base ``np.ndarray`` of numbers (or strings): an ndarray subclass or an object that
+    overrides comparisons cannot fool the checks, and an array of Python objects is refused.
+    """
     try:
-        return np.asarray(value)
+        if hasattr(value, "detach"):  # torch
+            value = value.detach().cpu().numpy()
+        elif hasattr(value, "numpy") and not isinstance(value, np.ndarray):  # TensorFlow eager tensor
+            value = value.numpy()
+        array = np.array(value, copy=True, subok=False)
     except Exception as error:
         raise CheckFailed(f"expected an array or tensor; got {type(value).__name__} ({error})") from None
+    if array.dtype.kind in "OV":
+        raise CheckFailed(f"expected an array of numbers; got {type(value).__name__} holding Python objects")
+    return array
 
 
 def expect_shape(actual: np.ndarray, shape: tuple, what: str) -> None:
@@ -164,8 +190,12 @@ def expect_close(
 
 
 def expect_equal(actual: Any, expected: Any, what: str, mistakes: dict[str, Any] | None = None) -> None:
-    """Exact comparison for integers, lists and dictionaries; names a known mistake when it matches one."""
-    normal = _normalise(actual)
+    """Exact comparison for integers, lists and dictionaries; names a known mistake when it matches one.
+
+    The student's value is first turned into plain Python values (``int``, ``float``, ``str``, lists, dicts), so
+    an object whose ``==`` always answers True cannot pass.
+    """
+    normal = _normalise(actual, strict=True)
     if normal == _normalise(expected):
         return
     for message, wrong in (mistakes or {}).items():
@@ -174,18 +204,47 @@ def expect_equal(actual: Any, expected: Any, what: str, mistakes: dict[str, Any]
     raise CheckFailed(f"{what} should be {_short(expected)}; got {_short(actual)}")
 
 
-def _normalise(value: Any) -> Any:
+_PLAIN = (str, int, float, bool, complex, bytes, type(None))
+
+
+def _normalise(value: Any, strict: bool = False) -> Any:
+    """Plain Python values for comparison: tuples become lists, arrays and tensors become nested lists.
+
+    With ``strict`` (for the student's values), only the exact built-in types are accepted, and containers are
+    read through the built-in methods, so a subclass cannot override what is compared.
+    """
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, dict):
-        return {k: _normalise(v) for k, v in value.items()}
-    if hasattr(value, "tolist") or hasattr(value, "detach"):
-        return to_numpy(value).tolist()
+        return {_hashable(_normalise(k, strict)): _normalise(v, strict) for k, v in dict.items(value)}
     if isinstance(value, list | tuple):
-        return [_normalise(v) for v in value]
+        items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
+        return [_normalise(v, strict) for v in items]
+    if isinstance(value, set | frozenset):
+        items = set.__iter__(value) if isinstance(value, set) else frozenset.__iter__(value)
+        return frozenset(_hashable(_normalise(v, strict)) for v in items)
+    if isinstance(value, np.generic):
+        return _normalise(value.item(), strict)
+    if hasattr(value, "tolist") or hasattr(value, "detach"):
+        return _normalise(to_numpy(value).tolist(), strict)
+    if strict:
+        raise CheckFailed(f"expected plain values (numbers, strings, lists, dicts, arrays); got {type(value).__name__}")
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((repr(k), _hashable(v)) for k, v in value.items()))
     return value
 
 
 def _short(value: Any, limit: int = 200) -> str:
-    text = repr(_normalise(value))
+    try:
+        text = repr(_normalise(value))
+    except Exception:  # a student's object whose repr fails
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

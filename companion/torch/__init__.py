@@ -1,7 +1,10 @@
 """PyTorch implementations of the course's layers (same names and arguments as ``companion.keras``)."""
 
+from .addnorm import AddNorm, PositionwiseFeedForward
 from .attention import scaled_dot_product_attention
 from .device import default_device
 from .masking import causal_mask, combine_masks, padding_mask
+from .model import Decoder, DecoderLayer, Encoder, EncoderLayer, MinTransformer, Transformer
 from .multihead import MultiHeadAttention
+from .positional import PositionalEncoding, sinusoidal_positional_encoding
 from .text import TokenEmbedding, check_ids

@@ -1,0 +1,279 @@
+"""Checks for chapter 2, "Attention".
+
+Also holds the small helpers that the checks of chapters 3 and 4 share (framework conversion, reading a pair of
+results, the seeded cases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from companion import reference
+from companion.checks import CheckFailed, call, exercise, expect_close, rng, to_numpy
+
+CHAPTER = "02_attention"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers shared with ch03 and ch04
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def to_torch(*arrays: np.ndarray) -> tuple:
+    """NumPy arrays -> torch tensors (bool stays bool, floats keep their precision)."""
+    import torch
+
+    return tuple(torch.as_tensor(np.ascontiguousarray(a)) for a in arrays)
+
+
+def to_keras(*arrays: np.ndarray) -> tuple:
+    """NumPy arrays -> tensors of the active Keras backend."""
+    from keras import ops
+
+    return tuple(ops.convert_to_tensor(a) for a in arrays)
+
+
+def converter(track: str) -> Callable[..., tuple]:
+    """The input converter of a track: ``to_torch``, ``to_keras`` or the identity for NumPy."""
+    return {"torch": to_torch, "keras": to_keras, "numpy": lambda *a: a}[track]
+
+
+def tolerance(track: str) -> dict[str, float]:
+    """atol/rtol for comparing a float32 answer with the float64 oracle.
+
+    Keras computes on TensorFlow's default device: on a recent NVIDIA GPU its float32 matrix products use TF32
+    (about 3 significant digits), so the Keras track gets a looser tolerance; every mistake the checks name changes
+    the result by far more. The torch checks build their tensors on the CPU.
+    """
+    return {"atol": 2e-3, "rtol": 2e-3} if track == "keras" else {"atol": 1e-5, "rtol": 1e-4}
+
+
+def output_pair(
+    result: Any, name: str, first: str = "output", second: str = "weights"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read the ``(first, second)`` pair a student's function returns, as NumPy arrays."""
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        raise CheckFailed(f"{name} should return a pair ({first}, {second}); got {type(result).__name__}")
+    return to_numpy(result[0]), to_numpy(result[1])
+
+
+def softmax_axis(scores: np.ndarray, axis: int) -> np.ndarray:
+    return reference.softmax(scores, axis=axis)
+
+
+def attention_variants(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None) -> dict:
+    """Outputs and weights of scaled dot-product attention and of its typical wrong versions, by mistake message.
+
+    Returns ``{message: (output, weights)}``; the right answer is under the key ``None``.
+    """
+    d_k, d_v = q.shape[-1], v.shape[-1]
+    raw = q @ np.swapaxes(k, -1, -2)
+    fill = np.finfo(raw.dtype).min
+
+    def finish(scores: np.ndarray, axis: int = -1, values: np.ndarray = v) -> tuple[np.ndarray, np.ndarray]:
+        if mask is not None:
+            scores = np.where(mask, scores, fill)
+        weights = softmax_axis(scores, axis)
+        return weights @ values, weights
+
+    variants = {
+        None: finish(raw / np.sqrt(d_k)),
+        "the scale is missing: divide the scores q k^T by sqrt(d_k) before the softmax": finish(raw),
+        "the scores were divided by d_k; divide by its square root, sqrt(d_k)": finish(raw / d_k),
+        "softmax over the wrong axis: each row (one query) must sum to 1, so take the softmax over the keys "
+        "(the last axis)": finish(raw / np.sqrt(d_k), axis=-2),
+    }
+    if d_v != d_k:
+        variants["the scale uses d_v; it must use d_k, the width of the queries and keys"] = finish(raw / np.sqrt(d_v))
+        variants["the output blends the keys; it must blend the values (weights @ v)"] = finish(
+            raw / np.sqrt(d_k), values=k
+        )
+    if mask is None:
+        transposed = k @ np.swapaxes(q, -1, -2)  # (..., key_len, query_len)
+        variants["the scores are k q^T; compute q k^T so the weights are (query_len, key_len)"] = (
+            None,
+            softmax_axis(transposed / np.sqrt(d_k), -1),
+        )
+    return variants
+
+
+def check_attention_pair(answer: Any, variants: dict, name: str, atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    """Compare a student's ``(output, weights)`` with the right pair; name the mistake whose pair it matches."""
+    out, weights = output_pair(answer, name)
+    right_out, right_weights = variants[None]
+    weight_mistakes = {m: w for m, (_, w) in variants.items() if m is not None}
+    expect_close(weights, right_weights, f"the weights of {name}", mistakes=weight_mistakes, atol=atol, rtol=rtol)
+    out_mistakes = {m: o for m, (o, _) in variants.items() if m is not None and o is not None}
+    expect_close(out, right_out, f"the output of {name}", mistakes=out_mistakes, atol=atol, rtol=rtol)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 1: one number per word
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "scalar_self_attention", "self-attention with d = 1: scalars x_i, w_q, w_k, w_v -> (h, P)")
+def check_scalar_self_attention(scalar_self_attention) -> None:
+    generator = rng(20)
+    for n in (7, 4, 1):
+        x = np.round(generator.normal(0, 1.2, size=n), 2)
+        w_q, w_k, w_v = (float(np.round(w, 2)) for w in generator.normal(0, 1, size=3))
+        q, k, v = x * w_q, x * w_k, x * w_v
+        scores = np.outer(q, k)
+        weights = reference.softmax(scores, axis=-1)
+        name = f"scalar_self_attention(x of length {n}, w_q={w_q}, w_k={w_k}, w_v={w_v})"
+        h, p = output_pair(call(scalar_self_attention, x.copy(), w_q, w_k, w_v), name, "h", "P")
+        expect_close(
+            p,
+            weights,
+            f"P of {name}",
+            mistakes={
+                "softmax over the wrong axis: row i (query i) must sum to 1": reference.softmax(scores, axis=0),
+                "the scores multiply a query by a query; score(i, j) = q_i * k_j": reference.softmax(np.outer(q, q)),
+                "the scores were not turned into probabilities: apply a softmax to each row": scores,
+                "the scores use x directly; project first: q_i = x_i * w_q, k_j = x_j * w_k": reference.softmax(
+                    np.outer(x, x)
+                ),
+            },
+        )
+        expect_close(
+            h,
+            weights @ v,
+            f"h of {name}",
+            mistakes={
+                "h_i mixes the values with row i of P: h = P @ v, not P.T @ v": weights.T @ v,
+                "h blends the inputs x; it must blend the values v_j = x_j * w_v": weights @ x,
+            },
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 2: scaled dot-product attention
+# ---------------------------------------------------------------------------------------------------------------
+
+ATTENTION_SHAPES = [  # (leading axes, query_len, key_len, d_k, d_v)
+    ((), 3, 5, 4, 6),
+    ((2,), 4, 4, 8, 8),
+    ((2, 3), 5, 7, 16, 2),
+]
+
+
+def _check_attention(attention, track: str, name: str) -> None:
+    generator = rng(21)
+    for lead, n, m, d_k, d_v in ATTENTION_SHAPES:
+        q = generator.standard_normal((*lead, n, d_k)).astype(np.float32) * 1.5
+        k = generator.standard_normal((*lead, m, d_k)).astype(np.float32) * 1.5
+        v = generator.standard_normal((*lead, m, d_v)).astype(np.float32)
+        variants = attention_variants(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))
+        answer = call(attention, *converter(track)(q, k, v))
+        check_attention_pair(answer, variants, f"{name}(q {q.shape}, k {k.shape}, v {v.shape})", **tolerance(track))
+
+
+@exercise(CHAPTER, "attention_torch", "softmax(q k^T / sqrt(d_k)) v with its weights, in PyTorch", track="torch")
+def check_attention_torch(attention_torch) -> None:
+    _check_attention(attention_torch, "torch", "attention_torch")
+
+
+@exercise(CHAPTER, "attention_keras", "softmax(q k^T / sqrt(d_k)) v with its weights, in Keras", track="keras")
+def check_attention_keras(attention_keras) -> None:
+    _check_attention(attention_keras, "keras", "attention_keras")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 3: a self-attention layer with its own projections (256-wide input, 512-wide output)
+# ---------------------------------------------------------------------------------------------------------------
+
+LAYER_SIZES = [(256, 512, 10), (6, 4, 5), (16, 8, 3)]  # (d_in, d_out, seq_len)
+
+
+def _projection_weights(generator: np.random.Generator, d_in: int, d_out: int) -> list[np.ndarray]:
+    """Three seeded (d_in, d_out) matrices, in the x @ w convention, large enough to give peaked weights."""
+    return [(generator.standard_normal((d_in, d_out)) * 1.5 / np.sqrt(d_in)).astype(np.float32) for _ in range(3)]
+
+
+def _layer_variants(x: np.ndarray, weights: list[np.ndarray]) -> dict:
+    x64 = x.astype(np.float64)
+    q, k, v = (x64 @ w.astype(np.float64) for w in weights)
+    variants = attention_variants(q, k, v)
+    d_in = x.shape[-1]
+    if d_in != q.shape[-1]:
+        scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_in)
+        p = reference.softmax(scores)
+        variants[
+            "the scores were divided by sqrt(d_in), the input width; d_k is the width of the projected queries"
+        ] = (p @ v, p)
+    return variants
+
+
+def _distinct(layers: list, what: str) -> None:
+    if len({id(layer) for layer in layers}) < 3:
+        raise CheckFailed(f"wq, wk and wv are the same {what}: create three separate projections")
+
+
+@exercise(CHAPTER, "SelfAttention_torch", "self-attention layer with wq, wk, wv of d_in -> d_out, in PyTorch", "torch")
+def check_self_attention_torch(SelfAttention_torch) -> None:  # noqa: N803 (the student's class name)
+    import torch
+
+    generator = rng(22)
+    for d_in, d_out, seq_len in LAYER_SIZES:
+        layer = call(SelfAttention_torch, d_in, d_out)
+        projections = []
+        for attribute in ("wq", "wk", "wv"):
+            linear = getattr(layer, attribute, None)
+            if not isinstance(linear, torch.nn.Linear):
+                raise CheckFailed(f"the layer needs an attribute {attribute} that is a torch.nn.Linear")
+            projections.append(linear)
+        _distinct(projections, "nn.Linear")
+        for attribute, linear in zip(("wq", "wk", "wv"), projections, strict=True):
+            shape = tuple(linear.weight.shape)
+            if shape == (d_in, d_out) and d_in != d_out:
+                raise CheckFailed(
+                    f"{attribute} maps {d_out} -> {d_in} features: nn.Linear takes (in_features, out_features), "
+                    f"so write nn.Linear({d_in}, {d_out})"
+                )
+            if shape != (d_out, d_in):
+                raise CheckFailed(f"{attribute}.weight should have shape ({d_out}, {d_in}); got {shape}")
+            if linear.bias is not None:
+                raise CheckFailed(f"{attribute} has a bias; the projections of this exercise have none (bias=False)")
+        weights = _projection_weights(generator, d_in, d_out)
+        with torch.no_grad():
+            for linear, w in zip(projections, weights, strict=True):
+                linear.weight.copy_(torch.from_numpy(w.T.copy()))  # torch stores (out, in)
+        x = generator.standard_normal((2, seq_len, d_in)).astype(np.float32)
+        answer = call(layer, torch.from_numpy(x))
+        check_attention_pair(answer, _layer_variants(x, weights), f"SelfAttention_torch({d_in}, {d_out})(x)")
+
+
+@exercise(CHAPTER, "SelfAttention_keras", "self-attention layer with wq, wk, wv of d_in -> d_out, in Keras", "keras")
+def check_self_attention_keras(SelfAttention_keras) -> None:  # noqa: N803 (the student's class name)
+    import keras
+
+    generator = rng(22)
+    for d_in, d_out, seq_len in LAYER_SIZES:
+        layer = call(SelfAttention_keras, d_in, d_out)
+        x = generator.standard_normal((2, seq_len, d_in)).astype(np.float32)
+        call(layer, x)  # builds the Dense layers on inputs of width d_in
+        projections = []
+        for attribute in ("wq", "wk", "wv"):
+            dense = getattr(layer, attribute, None)
+            if not isinstance(dense, keras.layers.Dense):
+                raise CheckFailed(f"the layer needs an attribute {attribute} that is a keras.layers.Dense")
+            projections.append(dense)
+        _distinct(projections, "Dense layer")
+        for attribute, dense in zip(("wq", "wk", "wv"), projections, strict=True):
+            shape = tuple(dense.kernel.shape)
+            if shape == (d_in, d_in) and d_in != d_out:
+                raise CheckFailed(f"{attribute} outputs {d_in} features; it must output d_out: Dense({d_out})")
+            if shape != (d_in, d_out):
+                raise CheckFailed(f"{attribute}.kernel should have shape ({d_in}, {d_out}); got {shape}")
+            if dense.bias is not None:
+                raise CheckFailed(f"{attribute} has a bias; this exercise's projections have none (use_bias=False)")
+        weights = _projection_weights(generator, d_in, d_out)
+        for dense, w in zip(projections, weights, strict=True):
+            dense.kernel.assign(w)
+        answer = call(layer, x)
+        what = f"SelfAttention_keras({d_in}, {d_out})(x)"
+        check_attention_pair(answer, _layer_variants(x, weights), what, **tolerance("keras"))

@@ -1,0 +1,264 @@
+"""Checks for chapter 3, "Multi-head attention"."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from companion import reference
+from companion.checks import call, exercise, expect_close, rng, to_numpy
+from companion.checks.ch02 import converter, output_pair, tolerance
+
+CHAPTER = "03_multihead_attention"
+
+NO_TRANSPOSE = (
+    "heads split without a transpose: reshape to (batch, seq_len, num_heads, d_head) first, then swap the seq_len "
+    "and num_heads axes; a reshape straight to (batch, num_heads, seq_len, d_head) mixes positions across heads"
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 1 and 2: split and merge
+# ---------------------------------------------------------------------------------------------------------------
+
+SPLIT_SHAPES = [(2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 16, 4)]  # (batch, seq_len, d_model, num_heads)
+
+
+def split_reference(x: np.ndarray, num_heads: int) -> np.ndarray:
+    """(batch, seq_len, d_model) -> (batch, num_heads, seq_len, d_head): reshape, then transpose."""
+    batch, seq_len, d_model = x.shape
+    return x.reshape(batch, seq_len, num_heads, d_model // num_heads).transpose(0, 2, 1, 3)
+
+
+def merge_reference(x: np.ndarray) -> np.ndarray:
+    """(batch, num_heads, seq_len, d_head) -> (batch, seq_len, num_heads * d_head)."""
+    batch, num_heads, seq_len, d_head = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(batch, seq_len, num_heads * d_head)
+
+
+def _check_split(split_heads, track: str, name: str) -> None:
+    generator = rng(30)
+    for batch, seq_len, d_model, num_heads in SPLIT_SHAPES:
+        d_head = d_model // num_heads
+        x = generator.standard_normal((batch, seq_len, d_model)).astype(np.float32)
+        answer = call(split_heads, *converter(track)(x), num_heads)
+        expect_close(
+            answer,
+            split_reference(x, num_heads),
+            f"{name}(x of shape {x.shape}, num_heads={num_heads})",
+            mistakes={
+                NO_TRANSPOSE: x.reshape(batch, num_heads, seq_len, d_head),
+                "the heads were folded into the batch axis, (batch * num_heads, seq_len, d_head), by a reshape "
+                "alone (as in seed 003); keep a separate head axis and transpose": x.reshape(
+                    batch * num_heads, seq_len, d_head
+                ),
+                "features were dealt out to the heads like cards (feature f to head f % num_heads); head i must get "
+                "the consecutive slice i * d_head to (i + 1) * d_head - 1: reshape to (batch, seq_len, num_heads, "
+                "d_head)": x.reshape(batch, seq_len, d_head, num_heads).transpose(0, 3, 1, 2),
+                "the last two axes are swapped: the result is (batch, num_heads, seq_len, d_head)": split_reference(
+                    x, num_heads
+                ).swapaxes(-1, -2),
+            },
+        )
+
+
+def _check_merge(merge_heads, track: str, name: str) -> None:
+    generator = rng(31)
+    for batch, seq_len, d_model, num_heads in SPLIT_SHAPES:
+        d_head = d_model // num_heads
+        x = generator.standard_normal((batch, num_heads, seq_len, d_head)).astype(np.float32)
+        answer = call(merge_heads, *converter(track)(x))
+        expect_close(
+            answer,
+            merge_reference(x),
+            f"{name}(x of shape {x.shape})",
+            mistakes={
+                "heads merged without transposing back: move the head axis behind seq_len, "
+                "(batch, seq_len, num_heads, d_head), then reshape": x.reshape(batch, seq_len, d_model),
+                "the heads' features were interleaved (feature j of every head side by side); transpose to (batch, "
+                "seq_len, num_heads, d_head) so each head's features stay together": x.transpose(0, 2, 3, 1).reshape(
+                    batch, seq_len, d_model
+                ),
+                "the merge stops at (batch, seq_len, num_heads, d_head); finish with a reshape to "
+                "(batch, seq_len, num_heads * d_head)": x.transpose(0, 2, 1, 3),
+            },
+        )
+
+
+@exercise(CHAPTER, "split_heads_torch", "(batch, seq, d_model) -> (batch, heads, seq, d_head), in PyTorch", "torch")
+def check_split_heads_torch(split_heads_torch) -> None:
+    _check_split(split_heads_torch, "torch", "split_heads_torch")
+
+
+@exercise(CHAPTER, "split_heads_keras", "(batch, seq, d_model) -> (batch, heads, seq, d_head), in Keras", "keras")
+def check_split_heads_keras(split_heads_keras) -> None:
+    _check_split(split_heads_keras, "keras", "split_heads_keras")
+
+
+@exercise(CHAPTER, "merge_heads_torch", "(batch, heads, seq, d_head) -> (batch, seq, d_model), in PyTorch", "torch")
+def check_merge_heads_torch(merge_heads_torch) -> None:
+    _check_merge(merge_heads_torch, "torch", "merge_heads_torch")
+
+
+@exercise(CHAPTER, "merge_heads_keras", "(batch, heads, seq, d_head) -> (batch, seq, d_model), in Keras", "keras")
+def check_merge_heads_keras(merge_heads_keras) -> None:
+    _check_merge(merge_heads_keras, "keras", "merge_heads_keras")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 3: multi-head attention as a function
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def mha_variant(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: dict[str, np.ndarray],
+    num_heads: int,
+    mask: np.ndarray | None = None,
+    scale: str = "head",
+    transpose: bool = True,
+    output_projection: bool = True,
+    axis: int = -1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-head attention with switches for the typical mistakes; the defaults give the right answer."""
+    batch, query_len, d_model = query.shape
+    d_head = d_model // num_heads
+
+    def split(x: np.ndarray) -> np.ndarray:
+        if transpose:
+            return split_reference(x, num_heads)
+        return x.reshape(x.shape[0], num_heads, x.shape[1], d_head)
+
+    q = split(query @ params["wq"] + params["bq"])
+    k = split(key @ params["wk"] + params["bk"])
+    v = split(value @ params["wv"] + params["bv"])
+    scores = q @ np.swapaxes(k, -1, -2)
+    scores = scores / {"head": np.sqrt(d_head), "model": np.sqrt(d_model), "none": 1.0}[scale]
+    if mask is not None:
+        scores = np.where(mask, scores, np.finfo(scores.dtype).min)
+    weights = reference.softmax(scores, axis=axis)
+    heads = weights @ v
+    merged = merge_reference(heads) if transpose else heads.reshape(batch, query_len, d_model)
+    out = merged @ params["wo"] + params["bo"] if output_projection else merged
+    return out, weights
+
+
+MHA_CASES = [  # (batch, query_len, key_len, d_model, num_heads, mask kind)
+    (2, 5, 5, 16, 4, None),
+    (2, 3, 6, 12, 3, "padding"),
+    (1, 4, 4, 8, 2, "causal"),
+]
+
+
+def mha_case(generator: np.random.Generator, batch, query_len, key_len, d_model, num_heads, mask_kind):
+    """Seeded inputs of one case: query, key, value, params (x @ w + b convention) and a mask or None."""
+    query = generator.standard_normal((batch, query_len, d_model)).astype(np.float32)
+    if query_len == key_len:  # self-attention
+        key = query
+    else:  # cross-attention: keys and values from another sequence
+        key = generator.standard_normal((batch, key_len, d_model)).astype(np.float32)
+    value = key
+    params = {}
+    for name in "qkvo":
+        params[f"w{name}"] = (generator.standard_normal((d_model, d_model)) * 1.5 / np.sqrt(d_model)).astype(
+            np.float32
+        )
+        params[f"b{name}"] = (generator.standard_normal(d_model) * 0.1).astype(np.float32)
+    mask = None
+    if mask_kind == "padding":
+        lengths = generator.integers(1, key_len + 1, size=batch)
+        lengths[0] = key_len - 2
+        mask = (np.arange(key_len)[None, :] < lengths[:, None])[:, None, None, :]
+    elif mask_kind == "causal":
+        mask = np.tril(np.ones((query_len, key_len), dtype=bool))[None, None]
+    return query, key, value, params, mask
+
+
+def _check_mha(multi_head_attention, track: str, name: str) -> None:
+    generator = rng(32)
+    to_framework = converter(track)
+    for case in MHA_CASES:
+        batch, query_len, key_len, d_model, num_heads, mask_kind = case
+        query, key, value, params, mask = mha_case(generator, *case)
+        as64 = [a.astype(np.float64) for a in (query, key, value)]
+        params64 = {n: p.astype(np.float64) for n, p in params.items()}
+
+        def variant(**switches):
+            return mha_variant(*as64, params64, num_heads, mask, **switches)  # noqa: B023 (used at once)
+
+        framework_params = dict(zip(params, to_framework(*params.values()), strict=True))
+        framework_mask = None if mask is None else to_framework(mask)[0]
+        what = f"{name}(query {query.shape}, key {key.shape}, num_heads={num_heads}, mask={mask_kind})"
+        answer = call(
+            multi_head_attention, *to_framework(query, key, value), framework_params, num_heads, framework_mask
+        )
+        out, weights = output_pair(answer, what)
+        mistakes = {
+            NO_TRANSPOSE: variant(transpose=False),
+            "the scores were divided by sqrt(d_model); inside a head the width is d_head = d_model // num_heads, "
+            "so divide by sqrt(d_head)": variant(scale="model"),
+            "the scale is missing: divide each head's scores by sqrt(d_head)": variant(scale="none"),
+            "softmax over the wrong axis: take it over the keys (the last axis)": variant(axis=-2),
+            "the output projection is missing: apply wo and bo to the merged heads": variant(output_projection=False),
+        }
+        right_out, right_weights = variant()
+        expect_close(
+            weights,
+            right_weights,
+            f"the weights of {what}",
+            mistakes={m: w for m, (_, w) in mistakes.items()},
+            **tolerance(track),
+        )
+        out_mistakes = {m: o for m, (o, _) in mistakes.items()}
+        expect_close(out, right_out, f"the output of {what}", mistakes=out_mistakes, **tolerance(track))
+
+
+@exercise(CHAPTER, "multi_head_attention_torch", "project, split, attend, merge, project back, in PyTorch", "torch")
+def check_multi_head_attention_torch(multi_head_attention_torch) -> None:
+    _check_mha(multi_head_attention_torch, "torch", "multi_head_attention_torch")
+
+
+@exercise(CHAPTER, "multi_head_attention_keras", "project, split, attend, merge, project back, in Keras", "keras")
+def check_multi_head_attention_keras(multi_head_attention_keras) -> None:
+    _check_mha(multi_head_attention_keras, "keras", "multi_head_attention_keras")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 4: heads summed instead of concatenated
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "summed_heads", "num_heads full-width heads whose outputs are added, not concatenated")
+def check_summed_heads(summed_heads) -> None:
+    generator = rng(33)
+    for seq_len, d_in, d_out, num_heads in [(7, 16, 8, 4), (5, 6, 6, 2), (3, 10, 4, 8)]:
+        x = generator.standard_normal((seq_len, d_in))
+        heads = [
+            {name: generator.standard_normal((d_in, d_out)) * 1.5 / np.sqrt(d_in) for name in ("wq", "wk", "wv")}
+            for _ in range(num_heads)
+        ]
+        outputs = []
+        for scale in (np.sqrt(d_out), np.sqrt(d_out / num_heads)):
+            per_head = [
+                reference.softmax((x @ h["wq"]) @ (x @ h["wk"]).T / scale) @ (x @ h["wv"]) for h in heads
+            ]
+            outputs.append(per_head)
+        right, wrong_scale = outputs
+        given = [{name: w.copy() for name, w in h.items()} for h in heads]
+        answer = to_numpy(call(summed_heads, x.copy(), given))
+        expect_close(
+            answer,
+            np.sum(right, axis=0),
+            f"summed_heads(x of shape {x.shape}, {num_heads} heads of width {d_out})",
+            mistakes={
+                "you concatenated the heads; here they are summed, so the output keeps the width d_out": np.concatenate(
+                    right, axis=-1
+                ),
+                "you averaged the heads (divided by their number); sum them": np.mean(right, axis=0),
+                "every head here is d_out wide, so its scale is 1/sqrt(d_out), not 1/sqrt(d_out / num_heads)": np.sum(
+                    wrong_scale, axis=0
+                ),
+                "the heads were stacked on a new axis, not summed": np.stack(right),
+            },
+        )

@@ -1,0 +1,167 @@
+"""Checks for chapter 5, "Positional encoding"."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from companion.checks import call, exercise, expect_close, rng, to_numpy
+from companion.reference.positional import sinusoidal_positional_encoding
+
+CHAPTER = "05_positional_encoding"
+
+
+def encoding_at(positions: np.ndarray, d_model: int, exponent: str = "2i/d") -> np.ndarray:
+    """The sinusoidal encoding at arbitrary (even negative) positions, float64: ``(len(positions), d_model)``.
+
+    ``exponent`` builds the variants that typical mistakes produce: "2i/d" is right, "i/d" uses the pair index
+    without the factor 2.
+    """
+    positions = np.asarray(positions, dtype=np.float64)[:, None]
+    pair = np.arange(d_model // 2, dtype=np.float64)
+    power = {"2i/d": 2 * pair / d_model, "i/d": pair / d_model}[exponent]
+    angle = positions / 10000.0**power
+    pe = np.empty((positions.shape[0], d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angle), np.cos(angle)
+    return pe
+
+
+def _table_mistakes(max_len: int, d_model: int) -> dict[str, np.ndarray]:
+    """What the usual wrong versions of the table look like."""
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    right = encoding_at(np.arange(max_len), d_model)
+    column = np.arange(d_model, dtype=np.float64)
+    pair = np.arange(d_model // 2, dtype=np.float64)
+
+    swapped = np.empty_like(right)
+    swapped[:, 0::2], swapped[:, 1::2] = right[:, 1::2], right[:, 0::2]
+    per_column = np.empty_like(right)  # exponent j / d_model with j the column index
+    per_column[:, 0::2] = np.sin(pos / 10000.0 ** (column[0::2] / d_model))
+    per_column[:, 1::2] = np.cos(pos / 10000.0 ** (column[1::2] / d_model))
+    doubled_column = np.empty_like(right)  # exponent 2j / d_model with j the column index
+    doubled_column[:, 0::2] = np.sin(pos / 10000.0 ** (2 * column[0::2] / d_model))
+    doubled_column[:, 1::2] = np.cos(pos / 10000.0 ** (2 * column[1::2] / d_model))
+    multiplied = np.empty_like(right)
+    multiplied[:, 0::2] = np.sin(pos * 10000.0 ** (2 * pair / d_model))
+    multiplied[:, 1::2] = np.cos(pos * 10000.0 ** (2 * pair / d_model))
+    return {
+        "sine and cosine are swapped: column 2i holds the sine, column 2i + 1 the cosine": swapped,
+        "the sines and cosines sit in two halves ([sin ... sin, cos ... cos]); they interleave: column 2i is the "
+        "sine and column 2i + 1 the cosine of the same frequency": np.concatenate(
+            [right[:, 0::2], right[:, 1::2]], axis=1
+        ),
+        "the exponent is i / d_model; with i the pair index it is 2i / d_model": encoding_at(
+            np.arange(max_len), d_model, exponent="i/d"
+        ),
+        "every column got its own frequency (exponent j / d_model, j the column index); both columns of a pair "
+        "share one frequency, 10000**(-2i / d_model) with i = j // 2": per_column,
+        "the exponent 2j / d_model used the column index j; use the pair index i = j // 2": doubled_column,
+        "positions start at 1; the first row is position 0 (sin 0 = 0, cos 0 = 1)": encoding_at(
+            np.arange(1, max_len + 1), d_model
+        ),
+        "the position was multiplied by 10000**(2i / d_model); divide by it": multiplied,
+        "the table is transposed: rows are positions, columns are dimensions": right.T,
+    }
+
+
+@exercise(CHAPTER, "positional_encoding", "the sinusoidal table (max_len, d_model): sin in column 2i, cos in 2i + 1")
+def check_positional_encoding(positional_encoding) -> None:
+    for max_len, d_model in [(10, 4), (50, 16), (7, 6), (40, 64)]:
+        answer = to_numpy(call(positional_encoding, max_len, d_model))
+        expect_close(
+            answer,
+            sinusoidal_positional_encoding(max_len, d_model),
+            f"positional_encoding({max_len}, {d_model})",
+            mistakes=_table_mistakes(max_len, d_model),
+        )
+
+
+@exercise(CHAPTER, "shift_encoding", "move encodings by k positions: rotate each (sin, cos) pair by omega_i * k")
+def check_shift_encoding(shift_encoding) -> None:
+    generator = rng(5)
+    for d_model, k in [(8, 1), (16, 3), (32, 7), (16, -4), (64, 25)]:
+        positions = generator.integers(0, 200, size=int(generator.integers(2, 6)))
+        pe = encoding_at(positions, d_model)
+        answer = call(shift_encoding, pe.copy(), k)
+        # A rotation with the i/d frequencies applied to the right rows (not a table of its own):
+        omega = 10000.0 ** (-np.arange(d_model // 2) / d_model)
+        c, s = np.cos(omega * k), np.sin(omega * k)
+        wrong_frequency = np.empty_like(pe)
+        wrong_frequency[:, 0::2] = pe[:, 0::2] * c + pe[:, 1::2] * s
+        wrong_frequency[:, 1::2] = pe[:, 1::2] * c - pe[:, 0::2] * s
+        pe_k = encoding_at(np.array([k]), d_model)
+        expect_close(
+            answer,
+            encoding_at(positions + k, d_model),
+            f"shift_encoding(PE at positions {positions.tolist()}, k={k})",
+            mistakes={
+                "you got PE[pos - k]: the rotation turns the wrong way (check the signs of the sin(omega_i k) terms, "
+                "and that column 2i is the sine)": encoding_at(positions - k, d_model),
+                "adding PE[k] does not move an encoding: rotate each (sin, cos) pair by the angle omega_i * k": pe
+                + pe_k,
+                "multiplying by PE[k] entry by entry does not move an encoding: rotate each (sin, cos) pair by the "
+                "angle omega_i * k": pe * pe_k,
+                "the rotation angle used omega_i = 10000**(-i / d_model); it is 10000**(-2i / d_model)": (
+                    wrong_frequency
+                ),
+                "the encodings came back unchanged: rotate each pair by omega_i * k": pe,
+            },
+            atol=1e-5,
+        )
+
+
+def _encoder_input_cases():
+    generator = rng(6)
+    for batch, seq_len, vocab, d_model in [(2, 5, 12, 4), (3, 9, 30, 16), (1, 1, 5, 8), (2, 20, 25, 32)]:
+        ids = generator.integers(0, vocab, size=(batch, seq_len))
+        table = generator.standard_normal((vocab, d_model)).astype(np.float32)
+        yield ids, table
+
+
+def _check_encoder_input(encoder_input, to_framework, name: str) -> None:
+    for ids, table in _encoder_input_cases():
+        vocab, d_model = table.shape
+        seq_len = ids.shape[1]
+        words = table[ids].astype(np.float64)
+        pe = encoding_at(np.arange(seq_len), d_model)
+        answer = call(encoder_input, *to_framework(ids, table))
+        expect_close(
+            answer,
+            words * np.sqrt(d_model) + pe,
+            f"{name}(ids of shape {ids.shape}, table of shape {table.shape})",
+            mistakes={
+                "the sqrt(d_model) factor is missing": words + pe,
+                "you divided by sqrt(d_model); multiply the embeddings instead": words / np.sqrt(d_model) + pe,
+                "the positional encoding is missing": words * np.sqrt(d_model),
+                "the positional encoding was scaled too: multiply the embeddings by sqrt(d_model), then add PE": (
+                    words + pe
+                )
+                * np.sqrt(d_model),
+                "the positions start at 1; the first token gets PE[0]": words * np.sqrt(d_model)
+                + encoding_at(np.arange(1, seq_len + 1), d_model),
+                "the encoding was looked up by token id; it is indexed by position (0 .. seq_len - 1)": words
+                * np.sqrt(d_model)
+                + encoding_at(ids.reshape(-1), d_model).reshape(words.shape),
+            },
+            atol=1e-4,
+        )
+
+
+@exercise(CHAPTER, "encoder_input_torch", "embedding * sqrt(d_model) + PE[:seq_len], in PyTorch", track="torch")
+def check_encoder_input_torch(encoder_input_torch) -> None:
+    import torch
+
+    _check_encoder_input(
+        encoder_input_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "encoder_input_torch"
+    )
+
+
+@exercise(CHAPTER, "encoder_input_keras", "embedding * sqrt(d_model) + PE[:seq_len], in Keras", track="keras")
+def check_encoder_input_keras(encoder_input_keras) -> None:
+    from keras import ops
+
+    _check_encoder_input(
+        encoder_input_keras,
+        lambda i, t: (ops.convert_to_tensor(i), ops.convert_to_tensor(t)),
+        "encoder_input_keras",
+    )
+

@@ -1,0 +1,104 @@
+"""Command line: ``python -m companion.grade PATH... [--junit FILE] [--json FILE] [--timeout SECONDS]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from companion.checks import TRACKS
+
+from . import report as reports
+from .runner import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, grade
+
+EPILOG = """\
+The chapter of a notebook is its file name without extension (exercises/02_attention.md is chapter
+02_attention). Only the notebook's imports, functions and classes are loaded, in a separate process; its
+other statements (check cells, prints, experiments) never run. Exit status: 0 when every graded exercise
+passes, 1 otherwise, 2 for a usage error.
+
+examples:
+  python -m companion.grade exercises/01_text_as_numbers.md
+  python -m companion.grade exercises --track torch
+  python -m companion.grade exercises --junit grade.xml --json grade.json
+"""
+
+
+def _tracks(text: str) -> list[str]:
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in chosen if t not in TRACKS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"choose among {','.join(TRACKS)} (comma-separated); got {text!r}")
+    return chosen
+
+
+def _positive(kind: type) -> Callable[[str], float]:
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number; got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number; got {text!r}")
+        return value
+
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m companion.grade",
+        description="Grade exercise notebooks (MyST .md or .ipynb) with the course's checks.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="notebooks, or folders of notebooks")
+    parser.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per exercise)")
+    parser.add_argument("--json", metavar="FILE", help="write a JSON report")
+    parser.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help="time allowed to each exercise's check and to loading each cell "
+                             f"(default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--track", type=_tracks, default=list(TRACKS), metavar="TRACKS",
+                        help="grade only these tracks, e.g. --track torch (numpy exercises are always graded; "
+                             "default: numpy,torch,keras)")
+    parser.add_argument("--jobs", "-j", type=_positive(int), default=1, metavar="N",
+                        help="notebooks graded at the same time (default 1)")
+    parser.add_argument("--output-limit", type=_positive(int), default=DEFAULT_OUTPUT_LIMIT, metavar="CHARS",
+                        help=f"printed output kept per exercise for the reports (default {DEFAULT_OUTPUT_LIMIT})")
+    parser.add_argument("--start-method", choices=("forkserver", "spawn"), default=None,
+                        help="how worker processes start (default: forkserver on Linux, spawn elsewhere)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print only the total")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    printed: dict[int, str] = {}
+    next_index = [0]
+
+    def show(index: int, notebook) -> None:  # print the notebooks in the order given, as they finish
+        printed[index] = reports.notebook_table(notebook)
+        while next_index[0] in printed:
+            if not args.quiet:
+                print(printed.pop(next_index[0]), flush=True)
+            next_index[0] += 1
+
+    result = grade(
+        args.paths,
+        timeout=args.timeout,
+        tracks=args.track,
+        jobs=args.jobs,
+        output_limit=args.output_limit,
+        start_method=args.start_method,
+        on_notebook=show,
+    )
+    if args.junit:
+        reports.write_junit(result, args.junit)
+    if args.json:
+        reports.write_json(result, args.json)
+    print(reports.summary(result))
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""What the grader found: one result per exercise, one per notebook, one report per run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+#: Why an exercise got its status (``ExerciseResult.reason``).
+REASONS = {
+    "ok": "the check passed",
+    "wrong": "the check found a wrong answer",
+    "missing": "the notebook does not define the function or class",
+    "not-implemented": "the exercise still raises NotImplementedError",
+    "error": "the check could not use the answer",
+    "timeout": "the check did not finish in time",
+    "crash": "the grading process died while checking",
+    "tampered": "the notebook's code changed the grading code",
+    "unreadable": "the notebook file could not be read",
+    "track": "the exercise belongs to a track that was not selected",
+}
+
+
+@dataclass
+class ExerciseResult:
+    """The verdict on one exercise of one notebook."""
+
+    id: str
+    track: str
+    title: str
+    status: str  # PASSED, FAILED or SKIPPED
+    reason: str  # a key of REASONS
+    message: str
+    seconds: float = 0.0
+    output: str = ""  # what the student's code printed while it was checked, cut to the limit
+    output_chars: int = 0  # how many characters it printed in all
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAILED
+
+
+@dataclass
+class NotebookResult:
+    """The verdicts on one notebook, plus what went wrong with the notebook itself."""
+
+    path: str
+    chapter: str
+    exercises: list[ExerciseResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # warnings: syntax errors, cells that failed to load, ...
+    error: str = ""  # set when the notebook could not be graded at all
+    seconds: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(result.status == status for result in self.exercises)
+
+    @property
+    def ok(self) -> bool:
+        """No error and no failed exercise."""
+        return not self.error and self.count(FAILED) == 0
+
+    def result(self, exercise_id: str) -> ExerciseResult:
+        for result in self.exercises:
+            if result.id == exercise_id:
+                return result
+        raise KeyError(f"{self.path} has no result for {exercise_id!r}")
+
+
+@dataclass
+class GradeReport:
+    """Every notebook of one grading run."""
+
+    notebooks: list[NotebookResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(notebook.count(status) for notebook in self.notebooks)
+
+    @property
+    def graded(self) -> int:
+        return self.count(PASSED) + self.count(FAILED)
+
+    @property
+    def ok(self) -> bool:
+        """Exit status 0: at least one exercise was graded, all of them passed and every notebook could be read."""
+        return self.graded > 0 and all(notebook.ok for notebook in self.notebooks)
+
+    def to_dict(self) -> dict:
+        return {
+            "passed": self.count(PASSED),
+            "failed": self.count(FAILED),
+            "skipped": self.count(SKIPPED),
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "notebooks": [asdict(notebook) for notebook in self.notebooks],
+        }

@@ -1,0 +1,363 @@
+"""Training and decoding for the Keras Transformer: label-smoothed loss, the paper's optimizer and schedule, a
+trainer with a loss history, batched greedy decoding and beam search.
+
+Same names and arguments as ``companion.torch.training``. The model-facing code uses ``keras.ops`` only; the
+update itself goes through Keras' own ``train_on_batch``, so every backend (TensorFlow, PyTorch, JAX) computes
+gradients its own way. On TensorFlow the step is compiled with XLA (``jit_compile``), which makes it several
+times faster on a CPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+from keras import ops
+
+from ..data import decode_ids, encode_sentences, iterate_batches
+from ..text import Vocabulary
+from ..training import beam_search_from_scores, progress_bar, shift_targets
+from .device import default_device
+
+ADAM_BETAS = (0.9, 0.98)  # section 5.3 of the paper
+ADAM_EPSILON = 1e-9
+
+
+def label_smoothed_cross_entropy(logits, labels, smoothing: float = 0.1, pad_id: int = 0):
+    """Cross-entropy against a smoothed target, averaged over the non-PAD positions only.
+
+    The target puts ``1 - smoothing`` on the right token and spreads ``smoothing`` evenly over the whole
+    vocabulary (the convention of ``keras.losses.CategoricalCrossentropy(label_smoothing=...)`` and of torch):
+    ``loss = (1 - smoothing) * (-log p[label]) + smoothing * mean_over_vocab(-log p)``.
+
+    Args:
+        logits: ``(batch, tgt_len, vocab)``, before any softmax.
+        labels: ``(batch, tgt_len)`` integer ids; positions holding ``pad_id`` add nothing.
+        smoothing: in ``[0, 1)``; 0 gives the plain cross-entropy.
+
+    Returns:
+        a scalar tensor (0 when every label is PAD).
+    """
+    if len(logits.shape) != 3 or len(labels.shape) != 2:
+        raise ValueError(
+            f"logits must be (batch, tgt_len, vocab) and labels (batch, tgt_len); got {tuple(logits.shape)} and "
+            f"{tuple(labels.shape)}"
+        )
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must lie in [0, 1); got {smoothing}")
+    labels = ops.cast(labels, "int32")
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (batch, tgt_len, vocab)
+    nll = -ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1), -1)  # (batch, tgt_len)
+    uniform = -ops.mean(log_probs, axis=-1)  # (batch, tgt_len)
+    per_token = (1.0 - smoothing) * nll + smoothing * uniform
+    keep = ops.cast(ops.not_equal(labels, pad_id), "float32")
+    return ops.sum(per_token * keep) / ops.maximum(ops.sum(keep), 1.0)
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """:func:`label_smoothed_cross_entropy` as a Keras loss: ``loss(labels, logits)``, already averaged."""
+
+    def __init__(self, smoothing: float = 0.1, pad_id: int = 0, name: str = "label_smoothed_cross_entropy", **kw):
+        # "sum" of the one scalar that call returns: Keras must not divide again by the number of positions.
+        kw.pop("reduction", None)
+        super().__init__(name=name, reduction="sum", **kw)
+        self.smoothing, self.pad_id = smoothing, pad_id
+
+    def call(self, y_true, y_pred):
+        return label_smoothed_cross_entropy(y_pred, y_true, self.smoothing, self.pad_id)
+
+    def get_config(self):
+        return {**super().get_config(), "smoothing": self.smoothing, "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """``companion.training.warmup_learning_rate`` for a Keras optimizer.
+
+    Keras calls the schedule with the number of updates done so far (0 before the first), so the rate of update
+    ``n`` (counting from 1) is ``schedule(n - 1)``, as with torch's ``LambdaLR``.
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int = 4000, factor: float = 1.0):
+        if d_model < 1 or warmup_steps < 1:
+            raise ValueError(f"d_model and warmup_steps must be positive; got {d_model} and {warmup_steps}")
+        self.d_model, self.warmup_steps, self.factor = d_model, warmup_steps, factor
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        rate = ops.minimum(ops.rsqrt(step), step * float(self.warmup_steps) ** -1.5)
+        return self.factor * float(self.d_model) ** -0.5 * rate
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "factor": self.factor}
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class PaperAdam(keras.optimizers.Adam):
+    """Adam exactly as in Kingma & Ba's Algorithm 1 (and ``torch.optim.Adam``), for dense and sparse gradients.
+
+    ``keras.optimizers.Adam`` differs in two details that matter when comparing with torch step by step:
+
+    * it adds ``epsilon`` to ``sqrt(v)`` *before* the bias correction (the "epsilon hat" of the paper's
+      section 2), so in the first steps its effective epsilon is several times larger: with ``epsilon=1e-9``
+      that changes the update of any weight whose gradient is around 1e-8;
+    * on TensorFlow the gradient of an embedding lookup is a ``tf.IndexedSlices`` with one row per
+      *occurrence* of a token, and Keras squares those rows one by one: a token seen four times in a batch gets
+      ``4 * g**2`` in its second moment instead of ``(4 * g)**2``, hence a larger step.
+
+    Here sparse gradients are first added to a dense zero tensor (which sums repeated rows), and the update is
+    ``w -= lr / (1 - beta_1**t) * m / (sqrt(v / (1 - beta_2**t)) + epsilon)``, written with ``keras.ops``.
+    """
+
+    def apply(self, grads, trainable_variables=None):
+        variables = trainable_variables if trainable_variables is not None else self._trainable_variables
+        grads = [
+            ops.add(ops.zeros(variable.shape, variable.dtype), grad) if hasattr(grad, "indices") else grad
+            for grad, variable in zip(grads, variables, strict=True)
+        ]
+        return super().apply(grads, trainable_variables)
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(gradient, dtype)
+        step = ops.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        self.assign(m, ops.add(ops.multiply(m, self.beta_1), ops.multiply(gradient, 1.0 - self.beta_1)))
+        self.assign(v, ops.add(ops.multiply(v, self.beta_2), ops.multiply(ops.square(gradient), 1.0 - self.beta_2)))
+        correction1 = 1.0 - ops.power(ops.cast(self.beta_1, dtype), step)
+        correction2 = 1.0 - ops.power(ops.cast(self.beta_2, dtype), step)
+        denominator = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction2)), self.epsilon)
+        self.assign_sub(variable, ops.multiply(ops.divide(lr, correction1), ops.divide(m, denominator)))
+
+
+def make_optimizer(model, d_model: int, warmup_steps: int = 4000, factor: float = 1.0) -> keras.optimizers.Adam:
+    """Adam with betas (0.9, 0.98) and epsilon 1e-9, its learning rate given by :class:`WarmupSchedule`.
+
+    ``model`` is unused (Keras optimizers find their variables at the first update); it is there so the call
+    reads like the torch one. See :class:`PaperAdam` for why this is not the plain ``keras.optimizers.Adam``.
+    """
+    schedule = WarmupSchedule(d_model, warmup_steps, factor)
+    return PaperAdam(schedule, beta_1=ADAM_BETAS[0], beta_2=ADAM_BETAS[1], epsilon=ADAM_EPSILON)
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class TeacherForcing(keras.Model):
+    """Wraps a Transformer so that Keras' ``fit`` / ``train_on_batch`` can drive it.
+
+    Keras passes a model one input ``x``; here ``x = (src_ids, decoder_input)`` and the output is the logits
+    ``(batch, tgt_len - 1, vocab)`` to compare with the labels. The wrapper has no weights of its own.
+    """
+
+    def __init__(self, transformer: keras.Model, **kwargs):
+        super().__init__(**kwargs)
+        self.transformer = transformer
+
+    def call(self, inputs, training=None):
+        src_ids, decoder_input = inputs
+        return self.transformer(src_ids, decoder_input, training=training)
+
+
+class Trainer:
+    """Teacher-forcing training of a :class:`companion.keras.Transformer` with a per-step loss history.
+
+    Args:
+        model: the Transformer. It is built on the first batch if it is not built yet.
+        warmup_steps, factor: the learning-rate schedule (see ``companion.training.warmup_learning_rate``).
+        smoothing: label smoothing of the loss (0.1 in the paper).
+        device: a Keras device string; default ``default_device()``.
+        jit_compile: compile the step with XLA; default: on the TensorFlow backend only.
+
+    ``history`` holds lists: ``step``, ``loss``, ``lr`` (one entry per update) and ``val_step``, ``val_loss``.
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        warmup_steps: int = 4000,
+        factor: float = 1.0,
+        smoothing: float = 0.1,
+        device: str | None = None,
+        jit_compile: bool | None = None,
+    ):
+        self.device = device or default_device()
+        self.model = model
+        self.d_model, self.pad_id, self.smoothing = model.d_model, model.pad_id, smoothing
+        self.schedule = WarmupSchedule(self.d_model, warmup_steps, factor)
+        self.optimizer = make_optimizer(model, self.d_model, warmup_steps, factor)
+        self.wrapper = TeacherForcing(model)
+        if jit_compile is None:
+            jit_compile = keras.backend.backend() == "tensorflow"
+        self.wrapper.compile(
+            optimizer=self.optimizer,
+            loss=LabelSmoothedCrossEntropy(smoothing, self.pad_id),
+            jit_compile=jit_compile,
+        )
+        self.step = 0
+        self.history: dict[str, list[float]] = {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": []}
+
+    def train_step(self, src_ids: np.ndarray, tgt_ids: np.ndarray) -> float:
+        """One update on a batch: src ``(batch, src_len)``, tgt ``(batch, tgt_len)`` = ``<s> ... </s>`` + PAD.
+
+        Returns the batch loss before the update.
+        """
+        src_ids, tgt_ids = np.asarray(src_ids, dtype="int32"), np.asarray(tgt_ids, dtype="int32")
+        decoder_input, labels = shift_targets(tgt_ids)
+        if not self.model.built:
+            self.model(src_ids[:1], decoder_input[:1])
+        lr = float(ops.convert_to_numpy(self.schedule(self.step)))
+        with keras.device(self.device):
+            loss = self.wrapper.train_on_batch((src_ids, decoder_input), labels)
+        self.step += 1
+        value = float(loss)
+        for key, item in (("step", self.step), ("loss", value), ("lr", lr)):
+            self.history[key].append(item)
+        return value
+
+    def evaluate(self, src_ids: np.ndarray, tgt_ids: np.ndarray, batch_size: int = 500) -> float:
+        """The same label-smoothed loss on held-out pairs (no update, no dropout), averaged over tokens."""
+        total, count = 0.0, 0
+        with keras.device(self.device):
+            for src, tgt in iterate_batches(src_ids, tgt_ids, batch_size, shuffle=False):
+                decoder_input, labels = shift_targets(tgt.astype("int32"))
+                logits = self.model(src.astype("int32"), decoder_input, training=False)
+                loss = label_smoothed_cross_entropy(logits, labels, self.smoothing, self.pad_id)
+                tokens = int((labels != self.pad_id).sum())
+                total += float(ops.convert_to_numpy(loss)) * tokens
+                count += tokens
+        return total / max(count, 1)
+
+    def fit(
+        self,
+        src_ids: np.ndarray,
+        tgt_ids: np.ndarray,
+        epochs: int = 1,
+        batch_size: int = 64,
+        seed: int = 0,
+        validation: tuple[np.ndarray, np.ndarray] | None = None,
+        progress: bool = True,
+    ) -> dict[str, list[float]]:
+        """Train for ``epochs`` passes over the pairs, reshuffled each epoch (seed + epoch).
+
+        With ``validation = (src_ids, tgt_ids)`` the validation loss is recorded after every epoch. Returns
+        ``history`` (also kept on the trainer); ``history["seconds"]`` is the wall-clock time of this call.
+        Every batch has the same shape (full width, ``batch_size`` rows; the pairs left over after the last full
+        batch wait for the next epoch's shuffle), so the compiled step is traced once: a new shape would trace it
+        again, which costs far more than a step.
+        """
+        start = time.perf_counter()
+        steps_per_epoch = len(src_ids) // batch_size
+        bar = progress_bar(total=epochs * steps_per_epoch, desc="keras", enabled=progress)
+        for epoch in range(epochs):
+            batches = iterate_batches(src_ids, tgt_ids, batch_size, shuffle=True, seed=seed + epoch, drop_last=True)
+            for src, tgt in batches:
+                loss = self.train_step(src, tgt)
+                bar.update()
+                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", refresh=False)
+            if validation is not None:
+                self.history["val_step"].append(self.step)
+                self.history["val_loss"].append(self.evaluate(*validation))
+                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", val_loss=f"{self.history['val_loss'][-1]:.3f}")
+        bar.close()
+        self.history["seconds"] = [time.perf_counter() - start]
+        return self.history
+
+
+def greedy_decode(model: keras.Model, src_ids, bos_id: int, eos_id: int, max_len: int | None = None):
+    """Translate a whole batch at once, picking the most likely next token at every step.
+
+    The source is encoded once. Each step runs the decoder on everything generated so far and appends the
+    arg-max of the last position. A sentence that has produced ``eos_id`` is finished: it gets PAD from then on,
+    and the loop stops as soon as every sentence is finished (or after ``max_len`` tokens).
+
+    Args:
+        src_ids: ``(batch, src_len)``.
+        max_len: most tokens to generate; default ``src_len + 10``, capped by the model's ``max_len - 1``.
+
+    Returns:
+        int32 tensor ``(batch, out_len)``: the generated tokens without ``<s>``; a finished row ends with
+        ``eos_id`` followed by PAD.
+    """
+    src = ops.convert_to_tensor(np.asarray(src_ids) if isinstance(src_ids, list | tuple) else src_ids)
+    if len(src.shape) != 2:
+        raise ValueError(f"src_ids must have shape (batch, src_len); got shape {tuple(src.shape)}")
+    src = ops.cast(src, "int32")
+    batch = src.shape[0]
+    limit = min(max_len if max_len is not None else src.shape[1] + 10, model.max_len - 1)
+    memory, src_mask = model.encode(src)
+    generated = ops.full((batch, 1), bos_id, dtype="int32")  # (batch, 1)
+    finished = ops.zeros((batch,), dtype="bool")
+    for _ in range(limit):
+        logits = model.decode(generated, memory, src_mask)  # (batch, steps, vocab)
+        next_ids = ops.cast(ops.argmax(logits[:, -1], axis=-1), "int32")  # (batch,)
+        next_ids = ops.where(finished, model.pad_id, next_ids)
+        generated = ops.concatenate([generated, next_ids[:, None]], axis=1)
+        finished = ops.logical_or(finished, ops.equal(next_ids, eos_id))
+        if bool(ops.convert_to_numpy(ops.all(finished))):
+            break
+    return generated[:, 1:]
+
+
+def beam_search(
+    model: keras.Model,
+    src_ids,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int | None = None,
+    length_penalty: float = 0.6,
+):
+    """Beam search, one source sentence at a time (the beams of a sentence form the batch).
+
+    See ``companion.training.beam_search_from_scores`` for the search itself; this function only supplies the
+    next-token log-probabilities. Same output layout as :func:`greedy_decode`.
+    """
+    src = np.asarray(ops.convert_to_numpy(src_ids) if not isinstance(src_ids, np.ndarray) else src_ids)
+    if src.ndim != 2:
+        raise ValueError(f"src_ids must have shape (batch, src_len); got shape {src.shape}")
+    src = src.astype("int32")
+    limit = min(max_len if max_len is not None else src.shape[1] + 10, model.max_len - 1)
+    results = []
+    for row in range(src.shape[0]):
+        memory, src_mask = model.encode(src[row : row + 1])
+
+        def next_log_probs(prefixes: np.ndarray, memory=memory, src_mask=src_mask) -> np.ndarray:
+            count = prefixes.shape[0]
+            logits = model.decode(
+                prefixes.astype("int32"),
+                ops.repeat(memory, count, axis=0),
+                ops.repeat(src_mask, count, axis=0),
+            )
+            return ops.convert_to_numpy(ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1))
+
+        results.append(beam_search_from_scores(next_log_probs, bos_id, eos_id, beam_size, limit, length_penalty))
+    width = max(len(r) for r in results)
+    out = np.full((len(results), width), model.pad_id, dtype="int32")
+    for row, tokens in enumerate(results):
+        out[row, : len(tokens)] = tokens
+    return ops.convert_to_tensor(out)
+
+
+def translate(
+    model: keras.Model,
+    sentences: Sequence[str],
+    src_vocab: Vocabulary,
+    tgt_vocab: Vocabulary,
+    batch_size: int = 500,
+    beam_size: int | None = None,
+) -> list[str]:
+    """Translate sentences (strings) with greedy decoding, or beam search when ``beam_size`` is given."""
+    outputs: list[str] = []
+    with keras.device(default_device()):
+        for start in range(0, len(sentences), batch_size):
+            src = encode_sentences(sentences[start : start + batch_size], src_vocab).astype("int32")
+            if beam_size is None:
+                ids = greedy_decode(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id)
+            else:
+                ids = beam_search(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id, beam_size)
+            outputs += decode_ids(ops.convert_to_numpy(ids), tgt_vocab)
+    return outputs

@@ -1,0 +1,12 @@
+"""The NumPy oracle: plain, readable versions of every layer, used to test ``companion.torch`` and ``companion.keras``.
+
+Arrays follow the same shapes and the same mask convention (bool, True = may attend) as the framework code;
+weights are passed explicitly as dicts of arrays in the ``x @ w + b`` convention.
+"""
+
+from .addnorm import add_norm, feed_forward, layer_norm
+from .attention import scaled_dot_product_attention, softmax
+from .masking import causal_mask, combine_masks, padding_mask
+from .model import decoder, decoder_layer, encoder, encoder_layer, transformer, transformer_params
+from .multihead import multi_head_attention
+from .positional import sinusoidal_positional_encoding

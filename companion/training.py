@@ -1,0 +1,205 @@
+"""Framework-free training helpers: the warm-up learning-rate schedule, the teacher-forcing shift, metrics,
+a progress bar and the parameter count of a configuration.
+
+The framework-specific parts (loss, optimizer, train step, decoding) live in ``companion.torch.training`` and
+``companion.keras.training``, with the same names in both.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def warmup_learning_rate(
+    step: int | np.ndarray, d_model: int, warmup_steps: int = 4000, factor: float = 1.0
+) -> float | np.ndarray:
+    """The schedule of "Attention Is All You Need": a linear warm-up, then decay with ``1/sqrt(step)``.
+
+    ``lr = factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)``
+
+    The two terms are equal at ``step == warmup_steps``, where the rate peaks at
+    ``factor * (d_model * warmup_steps)**-0.5``. Steps count from 1 (the first update); step 0 would give 0.
+
+    Args:
+        step: the update number, an int or an integer array (then the result is an array).
+        d_model: the model width (512 in the paper).
+        warmup_steps: length of the warm-up (4000 in the paper).
+        factor: a constant multiplier (1 in the paper).
+    """
+    if d_model < 1 or warmup_steps < 1:
+        raise ValueError(f"d_model and warmup_steps must be positive; got {d_model} and {warmup_steps}")
+    steps = np.asarray(step, dtype=np.float64)
+    if np.any(steps < 1):
+        raise ValueError(f"step must be >= 1 (updates count from 1); got {step}")
+    rate = factor * d_model**-0.5 * np.minimum(steps**-0.5, steps * warmup_steps**-1.5)
+    return float(rate) if rate.ndim == 0 else rate
+
+
+def shift_targets(tgt_ids: Any) -> tuple[Any, Any]:
+    """Teacher forcing: the decoder reads the target without its last token and predicts it without its first.
+
+    ``<s> y1 y2 </s>`` gives the decoder input ``<s> y1 y2`` and the labels ``y1 y2 </s>``: at every position the
+    label is the token that *follows* the input token there. Works on NumPy arrays and torch or Keras tensors.
+
+    Args:
+        tgt_ids: ``(batch, tgt_len)`` with ``tgt_len >= 2``.
+
+    Returns:
+        ``(decoder_input, labels)``, both ``(batch, tgt_len - 1)``.
+    """
+    shape = tuple(tgt_ids.shape)
+    if len(shape) != 2 or (shape[1] is not None and shape[1] < 2):
+        raise ValueError(f"tgt_ids must have shape (batch, tgt_len) with tgt_len >= 2; got shape {shape}")
+    return tgt_ids[:, :-1], tgt_ids[:, 1:]
+
+
+def _as_sentences(items: Sequence[str | Sequence[str]], name: str) -> list[str]:
+    if isinstance(items, str):
+        raise ValueError(f"{name} must be a list of sentences, not one string")
+    return [" ".join(item.split()) if isinstance(item, str) else " ".join(item) for item in items]
+
+
+def _check_pair(hypotheses: Sequence, references: Sequence) -> tuple[list[str], list[str]]:
+    hyps, refs = _as_sentences(hypotheses, "hypotheses"), _as_sentences(references, "references")
+    if len(hyps) != len(refs) or not hyps:
+        raise ValueError(
+            f"hypotheses and references must be non-empty and of the same length; got {len(hyps)} and {len(refs)}"
+        )
+    return hyps, refs
+
+
+def exact_match(hypotheses: Sequence[str | Sequence[str]], references: Sequence[str | Sequence[str]]) -> float:
+    """The fraction of sentences translated exactly (token by token, whitespace ignored), in [0, 1].
+
+    Each item is a sentence string or a list of tokens.
+    """
+    hyps, refs = _check_pair(hypotheses, references)
+    return sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(hyps)
+
+
+def corpus_bleu(hypotheses: Sequence[str | Sequence[str]], references: Sequence[str | Sequence[str]]) -> float:
+    """Corpus BLEU (0 to 100) with sacrebleu's defaults: one reference per sentence, 13a tokenization."""
+    import sacrebleu
+
+    hyps, refs = _check_pair(hypotheses, references)
+    return float(sacrebleu.corpus_bleu(hyps, [refs]).score)
+
+
+def progress_bar(
+    iterable: Iterable | None = None,
+    total: int | None = None,
+    desc: str | None = None,
+    enabled: bool = True,
+    **kwargs,
+):
+    """A tqdm bar written to standard output (so a notebook keeps it), redrawn at most every two seconds.
+
+    ``enabled=False``, or ``COMPANION_PROGRESS=0`` in the environment, turns the bar off (tests, benchmarks).
+    Other keyword arguments go to ``tqdm``.
+    """
+    from tqdm import tqdm
+
+    options = {
+        "file": sys.stdout,
+        "mininterval": 2.0,
+        "ncols": 100,
+        "disable": not enabled or os.environ.get("COMPANION_PROGRESS", "1") == "0",
+    }
+    options.update(kwargs)
+    return tqdm(iterable, total=total, desc=desc, **options)
+
+
+def transformer_parameter_count(
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    d_model: int = 512,
+    num_layers: int = 6,
+    d_ff: int = 2048,
+    norm_first: bool = False,
+) -> int:
+    """Trainable parameters of ``companion.torch.Transformer`` / ``companion.keras.Transformer``, by formula.
+
+    Counted per part (every ``Linear`` / ``Dense`` has a bias, every LayerNorm a scale and a shift):
+
+    * embeddings: ``(src_vocab_size + tgt_vocab_size) * d_model`` (the sinusoidal table has no weights);
+    * one multi-head attention: four ``d_model x d_model`` projections with biases, ``4 * (d_model**2 + d_model)``
+      (the number of heads does not matter: the heads split ``d_model``);
+    * the feed-forward network: ``2 * d_model * d_ff + d_ff + d_model``;
+    * a LayerNorm: ``2 * d_model``;
+    * an encoder layer = 1 attention + FFN + 2 LayerNorms; a decoder layer = 2 attentions + FFN + 3 LayerNorms;
+    * pre-LN stacks end with one more LayerNorm each;
+    * the output projection: ``d_model * tgt_vocab_size + tgt_vocab_size``.
+    """
+    for name, value in {"src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size, "d_model": d_model,
+                        "num_layers": num_layers, "d_ff": d_ff}.items():
+        if value < 1:
+            raise ValueError(f"{name} must be a positive integer; got {value}")
+    attention = 4 * (d_model * d_model + d_model)
+    ffn = 2 * d_model * d_ff + d_ff + d_model
+    norm = 2 * d_model
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    final_norms = 2 * norm if norm_first else 0
+    embeddings = (src_vocab_size + tgt_vocab_size) * d_model
+    generator = d_model * tgt_vocab_size + tgt_vocab_size
+    return embeddings + num_layers * (encoder_layer + decoder_layer) + final_norms + generator
+
+
+def beam_search_from_scores(
+    next_log_probs: Callable[[np.ndarray], np.ndarray],
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int = 50,
+    length_penalty: float = 0.6,
+) -> list[int]:
+    """Beam search for one sentence, given a function that scores the next token of several prefixes at once.
+
+    Keep the ``beam_size`` best unfinished prefixes (by summed log-probability). At each step extend every one by
+    every token, and keep the best ``beam_size`` extensions; an extension that ends with ``eos_id`` is set aside
+    as a finished hypothesis. Stop when ``beam_size`` hypotheses are finished or after ``max_len`` tokens, then
+    return the finished one with the best *length-normalized* score ``log_prob / ((5 + length) / 6) ** alpha``
+    (Wu et al., 2016; ``alpha = length_penalty``, 0 means no normalization). Without normalization, short
+    outputs win, because every extra token adds a negative log-probability.
+
+    Args:
+        next_log_probs: ``prefixes (beams, steps)`` int array, starting with ``bos_id`` -> ``(beams, vocab)``
+            log-probabilities of the next token.
+        beam_size: how many prefixes to keep; 1 is greedy decoding.
+
+    Returns:
+        the best token ids after ``<s>``, ending with ``eos_id`` unless ``max_len`` was reached first.
+    """
+    if beam_size < 1 or max_len < 1:
+        raise ValueError(f"beam_size and max_len must be positive; got {beam_size} and {max_len}")
+
+    def normalized(score: float, length: int) -> float:
+        return score / ((5.0 + length) / 6.0) ** length_penalty
+
+    alive: list[tuple[float, list[int]]] = [(0.0, [bos_id])]
+    finished: list[tuple[float, list[int]]] = []
+    for _ in range(max_len):
+        log_probs = np.asarray(next_log_probs(np.array([tokens for _, tokens in alive], dtype=np.int64)))
+        if log_probs.ndim != 2 or log_probs.shape[0] != len(alive):
+            raise ValueError(f"next_log_probs must return (beams={len(alive)}, vocab); got {log_probs.shape}")
+        totals = np.array([score for score, _ in alive])[:, None] + log_probs  # (beams, vocab)
+        order = np.argsort(-totals, axis=None, kind="stable")
+        alive_next = []
+        for flat in order[: 2 * beam_size]:  # at most beam_size of these can end, so enough stay alive
+            beam, token = divmod(int(flat), log_probs.shape[1])
+            candidate = (float(totals[beam, token]), alive[beam][1] + [token])
+            if token == eos_id:
+                finished.append(candidate)
+            elif len(alive_next) < beam_size:
+                alive_next.append(candidate)
+        alive = alive_next
+        if len(finished) >= beam_size or not alive:
+            break
+    pool = finished or alive
+    _, best = max(pool, key=lambda item: normalized(item[0], len(item[1]) - 1))
+    return best[1:]

@@ -1,0 +1,452 @@
+"""Typical wrong answers to the exercises of chapters 2-4 (attention, multi-head attention, masking).
+
+Each wrong answer below is a mistake students make; its check must fail with a message that names it. The generic
+"solution passes, stub fails" tests for these chapters live in tests/test_exercises.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import torch
+from keras import ops
+from torch import nn
+
+from companion import plots
+from companion.checks import CheckFailed, exercises_for, run_check
+
+
+def _numpy(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    if isinstance(x, dict):
+        return {name: _numpy(value) for name, value in x.items()}
+    if x is None or isinstance(x, int | float):
+        return x
+    return ops.convert_to_numpy(x)
+
+
+def via_numpy(fn):
+    """Run a NumPy implementation on torch or Keras inputs (the checks accept NumPy results)."""
+
+    def wrapped(*args, **kwargs):
+        return fn(*(_numpy(a) for a in args), **{k: _numpy(v) for k, v in kwargs.items()})
+
+    return wrapped
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chapter 2
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _scalar(scores_of, axis=-1, softmax=True, transpose_p=False, blend_x=False):
+    def scalar_self_attention(x, w_q, w_k, w_v):
+        q, k, v = x * w_q, x * w_k, x * w_v
+        scores = scores_of(x, q, k)
+        p = _softmax(scores, axis) if softmax else scores
+        h = (p.T if transpose_p else p) @ (x if blend_x else v)
+        return h, p
+
+    return scalar_self_attention
+
+
+def _attention(scale="d_k", axis=-1, values=True):
+    def attention(q, k, v):
+        scores = q @ np.swapaxes(k, -1, -2)
+        divisor = {"d_k": math.sqrt(q.shape[-1]), "none": 1.0, "d_k plain": q.shape[-1], "d_v": math.sqrt(v.shape[-1])}
+        weights = _softmax(scores / divisor[scale], axis)
+        return weights @ (v if values else k), weights
+
+    return via_numpy(attention)
+
+
+def _self_attention_torch(swap=False, bias=False, shared=False, scale="d_out"):
+    class SelfAttention(nn.Module):
+        def __init__(self, d_in, d_out):
+            super().__init__()
+            self.wq = nn.Linear(d_out, d_in, bias=bias) if swap else nn.Linear(d_in, d_out, bias=bias)
+            self.wk = self.wq if shared else nn.Linear(d_in, d_out, bias=bias)
+            self.wv = self.wq if shared else nn.Linear(d_in, d_out, bias=bias)
+            self.d_in = d_in
+
+        def forward(self, x):
+            q, k, v = self.wq(x), self.wk(x), self.wv(x)
+            divisor = {"d_out": math.sqrt(q.shape[-1]), "d_in": math.sqrt(self.d_in), "none": 1.0}[scale]
+            weights = (q @ k.transpose(-2, -1) / divisor).softmax(-1)
+            return weights @ v, weights
+
+    return SelfAttention
+
+
+def _self_attention_keras(width="d_out", bias=False, shared=False, scale="d_out"):
+    class SelfAttention(keras.layers.Layer):
+        def __init__(self, d_in, d_out):
+            super().__init__()
+            units = d_out if width == "d_out" else d_in
+            self.wq = keras.layers.Dense(units, use_bias=bias)
+            self.wk = self.wq if shared else keras.layers.Dense(units, use_bias=bias)
+            self.wv = self.wq if shared else keras.layers.Dense(units, use_bias=bias)
+            self.d_in = d_in
+
+        def call(self, x):
+            q, k, v = self.wq(x), self.wk(x), self.wv(x)
+            divisor = {"d_out": math.sqrt(q.shape[-1]), "d_in": math.sqrt(self.d_in), "none": 1.0}[scale]
+            weights = ops.softmax(ops.matmul(q, ops.swapaxes(k, -1, -2)) / divisor, axis=-1)
+            return ops.matmul(weights, v), weights
+
+    return SelfAttention
+
+
+CHAPTER_2 = [
+    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), axis=0), "wrong axis"),
+    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, q)), "query by a query"),
+    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), softmax=False), "not turned into probabilities"),
+    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(x, x)), "project first"),
+    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), transpose_p=True), r"not P\.T @ v"),
+    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), blend_x=True), "blend the values"),
+    *[
+        (f"attention_{track}", _attention(**kwargs), message)
+        for track in ("torch", "keras")
+        for kwargs, message in [
+            ({"scale": "none"}, "scale is missing"),
+            ({"scale": "d_k plain"}, "divided by d_k"),
+            ({"axis": -2}, "wrong axis"),
+            ({"scale": "d_v"}, "uses d_v"),
+            ({"values": False}, "blends the keys"),
+        ]
+    ],
+    ("SelfAttention_torch", _self_attention_torch(swap=True), r"nn\.Linear takes \(in_features, out_features\)"),
+    ("SelfAttention_torch", _self_attention_torch(bias=True), "bias=False"),
+    ("SelfAttention_torch", _self_attention_torch(shared=True), "same nn.Linear"),
+    ("SelfAttention_torch", _self_attention_torch(scale="none"), "scale is missing"),
+    ("SelfAttention_torch", _self_attention_torch(scale="d_in"), r"sqrt\(d_in\)"),
+    ("SelfAttention_keras", _self_attention_keras(width="d_in"), "must output d_out"),
+    ("SelfAttention_keras", _self_attention_keras(bias=True), "use_bias=False"),
+    ("SelfAttention_keras", _self_attention_keras(shared=True), "same Dense layer"),
+    ("SelfAttention_keras", _self_attention_keras(scale="d_in"), r"sqrt\(d_in\)"),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chapter 3
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _split(kind):
+    def split_heads(x, num_heads):
+        batch, seq_len, d_model = x.shape
+        d_head = d_model // num_heads
+        if kind == "no transpose":
+            return x.reshape(batch, num_heads, seq_len, d_head)
+        if kind == "fold":
+            return x.reshape(batch * num_heads, seq_len, d_head)
+        if kind == "cards":
+            return x.reshape(batch, seq_len, d_head, num_heads).transpose(0, 3, 1, 2)
+        return x.reshape(batch, seq_len, num_heads, d_head).transpose(0, 2, 3, 1)  # (batch, heads, d_head, seq)
+
+    return via_numpy(split_heads)
+
+
+def _merge(kind):
+    def merge_heads(x):
+        batch, num_heads, seq_len, d_head = x.shape
+        if kind == "no transpose":
+            return x.reshape(batch, seq_len, num_heads * d_head)
+        if kind == "interleaved":
+            return x.transpose(0, 2, 3, 1).reshape(batch, seq_len, num_heads * d_head)
+        return x.transpose(0, 2, 1, 3)
+
+    return via_numpy(merge_heads)
+
+
+def _mha(transpose=True, scale="d_head", output_projection=True, axis=-1):
+    """A multi-head attention written for this test, independently of the checker, with one mistake switched on."""
+
+    def multi_head_attention(query, key, value, params, num_heads, mask=None):
+        d_model = query.shape[-1]
+        d_head = d_model // num_heads
+
+        def split(x):
+            if transpose:
+                return x.reshape(x.shape[0], x.shape[1], num_heads, d_head).transpose(0, 2, 1, 3)
+            return x.reshape(x.shape[0], num_heads, x.shape[1], d_head)
+
+        q = split(query @ params["wq"] + params["bq"])
+        k = split(key @ params["wk"] + params["bk"])
+        v = split(value @ params["wv"] + params["bv"])
+        scores = q @ k.transpose(0, 1, 3, 2) / {"d_head": math.sqrt(d_head), "d_model": math.sqrt(d_model),
+                                                "none": 1.0}[scale]
+        if mask is not None:
+            scores = np.where(mask, scores, np.finfo(scores.dtype).min)
+        weights = _softmax(scores, axis)
+        heads = weights @ v
+        if transpose:
+            merged = heads.transpose(0, 2, 1, 3).reshape(query.shape[0], query.shape[1], d_model)
+        else:
+            merged = heads.reshape(query.shape[0], query.shape[1], d_model)
+        return (merged @ params["wo"] + params["bo"] if output_projection else merged), weights
+
+    return via_numpy(multi_head_attention)
+
+
+def _summed(kind):
+    def summed_heads(x, heads):
+        outputs = []
+        for head in heads:
+            q, k, v = x @ head["wq"], x @ head["wk"], x @ head["wv"]
+            d = q.shape[-1] / (len(heads) if kind == "scale" else 1)
+            outputs.append(_softmax(q @ k.T / math.sqrt(d)) @ v)
+        if kind == "concat":
+            return np.concatenate(outputs, axis=-1)
+        if kind == "mean":
+            return np.mean(outputs, axis=0)
+        return np.sum(outputs, axis=0)
+
+    return summed_heads
+
+
+CHAPTER_3 = [
+    *[
+        (f"split_heads_{track}", _split(kind), message)
+        for track in ("torch", "keras")
+        for kind, message in [
+            ("no transpose", "without a transpose"),
+            ("fold", "folded into the batch axis"),
+            ("cards", "like cards"),
+            ("swapped", "last two axes are swapped"),
+        ]
+    ],
+    *[
+        (f"merge_heads_{track}", _merge(kind), message)
+        for track in ("torch", "keras")
+        for kind, message in [
+            ("no transpose", "without transposing back"),
+            ("interleaved", "interleaved"),
+            ("no reshape", "finish with a reshape"),
+        ]
+    ],
+    *[
+        (f"multi_head_attention_{track}", _mha(**kwargs), message)
+        for track in ("torch", "keras")
+        for kwargs, message in [
+            ({"transpose": False}, "without a transpose"),
+            ({"scale": "d_model"}, r"sqrt\(d_model\)"),
+            ({"scale": "none"}, "scale is missing"),
+            ({"axis": -2}, "wrong axis"),
+            ({"output_projection": False}, "output projection is missing"),
+        ]
+    ],
+    ("summed_heads", _summed("concat"), "concatenated the heads"),
+    ("summed_heads", _summed("mean"), "averaged the heads"),
+    ("summed_heads", _summed("scale"), r"1/sqrt\(d_out\)"),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chapter 4
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _padding(kind):
+    def padding_mask(ids, pad_id=0):
+        if kind == "inverted":
+            return (ids == pad_id)[:, None, None, :]
+        if kind == "2d":
+            return ids != pad_id
+        if kind == "rows":
+            return (ids != pad_id)[:, None, :, None]
+        if kind == "zero":
+            return (ids != 0)[:, None, None, :]
+        return (ids != pad_id)[:, None, None, :].astype(np.int64)
+
+    return via_numpy(padding_mask)
+
+
+def _causal(kind):
+    def causal_mask(length):
+        square = np.ones((length, length), dtype=bool)
+        if kind == "inverted":
+            return np.triu(square, 1)[None, None]
+        if kind == "strict":
+            return np.tril(square, -1)[None, None]
+        if kind == "transposed":
+            return np.triu(square)[None, None]
+        if kind == "2d":
+            return np.tril(square)
+        return np.tril(square)[None, None].astype(np.float32)
+
+    return causal_mask
+
+
+def _masked_torch(fill="lowest", where="before", scale=True):
+    def masked_attention(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        if where == "after":
+            weights = scores.softmax(-1) * mask
+            return weights @ v, weights
+        blocked = mask if where == "inverted" else ~mask
+        value = {"lowest": torch.finfo(scores.dtype).min, "-inf": float("-inf"), "-1e9": -1e9, "zero": 0.0}[fill]
+        weights = scores.masked_fill(blocked, value).softmax(-1)
+        return weights @ v, weights
+
+    return masked_attention
+
+
+def _masked_keras(fill="lowest"):
+    def masked_attention(q, k, v, mask):
+        scores = ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1])
+        lowest = float(np.finfo(keras.backend.standardize_dtype(scores.dtype)).min)
+        value = {"lowest": lowest, "-inf": float("-inf"), "-1e9": -1e9}[fill]
+        weights = ops.softmax(ops.where(mask, scores, ops.cast(value, scores.dtype)), axis=-1)
+        return ops.matmul(weights, v), weights
+
+    return masked_attention
+
+
+def _masked_numpy(kind):
+    def masked_attention(q, k, v, mask):
+        q, k, v = (a.astype(np.float64) for a in (q, k, v))
+        scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+        if kind == "after":
+            weights = _softmax(scores) * mask
+        else:
+            weights = _softmax(np.where(mask, np.finfo(np.float64).min, scores))
+        return weights @ v, weights
+
+    return via_numpy(masked_attention)
+
+
+def _three_masks(kind):
+    def transformer_masks(src_ids, tgt_ids, pad_id=0):
+        src = (src_ids != pad_id)[:, None, None, :]
+        tgt = (tgt_ids != pad_id)[:, None, None, :]
+        n = tgt_ids.shape[1]
+        causal = np.tril(np.ones((n, n), dtype=bool))[None, None]
+        encoder, decoder, cross = src, tgt & causal, src
+        if kind == "cross from target":
+            cross = tgt
+        elif kind == "no causal":
+            decoder = tgt
+        elif kind == "no target padding":
+            decoder = np.broadcast_to(causal, (tgt_ids.shape[0], 1, n, n))
+        elif kind == "or":
+            decoder = tgt | causal
+        elif kind == "causal encoder":
+            m = src_ids.shape[1]
+            encoder = src & np.tril(np.ones((m, m), dtype=bool))[None, None]
+        return encoder, decoder, cross
+
+    return transformer_masks
+
+
+CHAPTER_4 = [
+    *[
+        (f"padding_mask_{track}", _padding(kind), message)
+        for track in ("torch", "keras")
+        for kind, message in [
+            ("inverted", "inverted"),
+            ("2d", "singleton axes"),
+            ("rows", "key columns"),
+            ("zero", "compare with pad_id"),
+            ("int", "should be boolean"),
+        ]
+    ],
+    *[
+        (f"causal_mask_{track}", _causal(kind), message)
+        for track in ("torch", "keras")
+        for kind, message in [
+            ("inverted", "inverted"),
+            ("strict", "off by one"),
+            ("transposed", "transposed"),
+            ("2d", r"\(1, 1, length, length\)"),
+            ("float", "should be boolean"),
+        ]
+    ],
+    ("masked_attention_torch", _masked_torch(fill="-inf"), "NaN"),
+    ("masked_attention_torch", _masked_torch(fill="-1e9"), "most negative finite value"),
+    ("masked_attention_torch", _masked_torch(where="inverted"), "inverted"),
+    ("masked_attention_torch", _masked_torch(where="after"), "after the softmax"),
+    ("masked_attention_torch", _masked_torch(fill="zero"), r"exp\(0\)"),
+    ("masked_attention_torch", _masked_torch(scale=False), "scale is missing"),
+    ("masked_attention_keras", _masked_keras(fill="-inf"), "NaN"),
+    ("masked_attention_keras", _masked_keras(fill="-1e9"), "most negative finite value"),
+    ("masked_attention_keras", _masked_numpy("inverted"), "inverted"),
+    ("masked_attention_keras", _masked_numpy("after"), "after the softmax"),
+    ("transformer_masks", _three_masks("cross from target"), "not the target's"),
+    ("transformer_masks", _three_masks("no causal"), "lacks the causal part"),
+    ("transformer_masks", _three_masks("no target padding"), "lacks the target padding mask"),
+    ("transformer_masks", _three_masks("or"), r"\(AND\)"),
+    ("transformer_masks", _three_masks("causal encoder"), "no causal"),
+]
+
+
+@pytest.mark.parametrize(
+    "exercise_id, wrong, message",
+    CHAPTER_2 + CHAPTER_3 + CHAPTER_4,
+    ids=lambda value: value if isinstance(value, str) and " " not in value else "",
+)
+def test_typical_mistakes_are_named(exercise_id, wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        run_check(exercise_id, wrong)
+
+
+@pytest.mark.parametrize("chapter", ["02_attention", "03_multihead_attention", "04_masking"])
+def test_every_exercise_has_at_least_three_named_mistakes(chapter):
+    cases = CHAPTER_2 + CHAPTER_3 + CHAPTER_4
+    exercises = exercises_for(chapter)
+    assert len(exercises) >= 3
+    for item in exercises:
+        assert sum(case[0] == item.id for case in cases) >= 3, f"{item.id} has fewer than 3 typical mistakes"
+
+
+def test_a_right_answer_in_the_other_layout_is_still_refused():
+    """A mask that is right but for the wrong convention (True = blocked) must not pass."""
+
+    def blocked_convention(length):
+        return ~torch.ones(length, length, dtype=torch.bool).tril()[None, None]
+
+    with pytest.raises(CheckFailed, match="inverted"):
+        run_check("causal_mask_torch", blocked_convention)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The plot helpers the chapters added to companion.plots
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_attention_grid_draws_one_panel_per_head_and_checks_its_input():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    weights = np.full((3, 2, 4), 0.25)
+    figure = plots.attention_grid(weights, ["a", "b"], ["w", "x", "y", "z"], ncols=2)
+    panels = [ax for ax in figure.axes if ax.images]
+    assert len(panels) == 3 and panels[0].get_ylabel() == "query (attending)"
+    with pytest.raises(ValueError, match="num_heads, query_len, key_len"):
+        plots.attention_grid(weights[0], ["a", "b"], ["w", "x", "y", "z"])
+    with pytest.raises(ValueError, match=r"\(h, 2, 3\)"):
+        plots.attention_grid(weights, ["a", "b"], ["w", "x", "y"])
+
+
+def test_mask_heatmap_draws_allowed_cells_dark_and_checks_its_input():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mask = np.tril(np.ones((3, 3), dtype=bool))
+    ax = plots.mask_heatmap(mask, query_tokens=["a", "b", "c"], key_tokens=["a", "b", "c"])
+    assert np.array_equal(ax.images[0].get_array(), mask.astype(float))
+    assert ax.get_xlabel() == "key (attended to)"
+    plt.close("all")
+    with pytest.raises(ValueError, match="2-D"):
+        plots.mask_heatmap(mask[None])
