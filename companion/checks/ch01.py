@@ -50,7 +50,7 @@ def check_pad_batch(pad_batch) -> None:
     for batch, length in cases:
         expected = text.pad_batch(batch, length)
         answer = to_numpy(call(pad_batch, [list(s) for s in batch], length))
-        left = np.array([([0] * (length - len(s)) + list(s))[-length:] if len(s) < length else s[:length] for s in batch])
+        left = np.array([[0] * (length - len(s[:length])) + list(s[:length]) for s in batch])
         keep_end = np.array([text.pad_or_truncate(s[-length:], length) for s in batch])
         expect_close(
             answer,

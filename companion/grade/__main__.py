@@ -79,19 +79,24 @@ def main(argv: list[str] | None = None) -> int:
     def show(index: int, notebook) -> None:  # print the notebooks in the order given, as they finish
         printed[index] = reports.notebook_table(notebook)
         while next_index[0] in printed:
+            table = printed.pop(next_index[0])
             if not args.quiet:
-                print(printed.pop(next_index[0]), flush=True)
+                print(table, flush=True)
             next_index[0] += 1
 
-    result = grade(
-        args.paths,
-        timeout=args.timeout,
-        tracks=args.track,
-        jobs=args.jobs,
-        output_limit=args.output_limit,
-        start_method=args.start_method,
-        on_notebook=show,
-    )
+    try:
+        result = grade(
+            args.paths,
+            timeout=args.timeout,
+            tracks=args.track,
+            jobs=args.jobs,
+            output_limit=args.output_limit,
+            start_method=args.start_method,
+            on_notebook=show,
+        )
+    except KeyboardInterrupt:
+        print("interrupted: no report written", file=sys.stderr)
+        return 130
     if args.junit:
         reports.write_junit(result, args.junit)
     if args.json:
