@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -168,7 +167,7 @@ def bench_keras(batch: int, length: int, d_model: int, num_heads: int, rounds: i
 CURVES = {
     "torch-explicit": "torch, explicit (weights materialised)",
     "torch-fused": "torch, fused scaled_dot_product_attention",
-    "keras": "keras (TensorFlow backend), explicit",
+    "keras": f"keras ({os.environ.get('KERAS_BACKEND', 'tensorflow')} backend), explicit",
 }
 
 
@@ -192,12 +191,19 @@ def reset_peak_rss() -> int:
         Path("/proc/self/clear_refs").write_text("5")  # 5 = reset the peak RSS (VmHWM) to the current RSS
         return _proc_status_kib("VmRSS") or 0
     except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return _lifetime_peak_kib()
 
 
 def peak_rss() -> int:
     """Peak resident memory in KiB since the last reset."""
-    return _proc_status_kib("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return _proc_status_kib("VmHWM") or _lifetime_peak_kib()
+
+
+def _lifetime_peak_kib() -> int:
+    import resource  # Unix only, like the rest of the memory measurement
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak  # macOS counts bytes, Linux KiB
 
 
 def probe(curve: str, length: int, batch: int, d_model: int, num_heads: int) -> dict[str, float]:
