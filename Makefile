@@ -10,10 +10,12 @@ JOBS   ?= 2
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export PYTHONHASHSEED ?= 0
 
-.PHONY: help install book test test-fast lint exercises notebooks clean grade
+.PHONY: help install book book-all test test-fast lint exercises notebooks clean grade
 
 help:
 	@echo "make book       build the HTML book into _build/html, executing every notebook"
+	@echo "                (again with no change: re-reads and re-executes only changed pages, a few seconds)"
+	@echo "make book-all   rebuild every page and re-execute every notebook (after a change in companion/)"
 	@echo "make test       run every test: unit, parity, nbval over chapters and solutions"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make grade      grade your exercises/ (TRACK=torch or TRACK=keras for one framework)"
@@ -32,6 +34,11 @@ install: $(STAMP)
 
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --builder html --keep-going
+	@test -z "$$(ls -A _build/html/reports 2>/dev/null)" || (echo "cell errors: see _build/html/reports" && exit 1)
+
+# MathJax comes from the PyPI package sphinx-mathjax-offline (in the [book] extra), so the book needs no CDN.
+book-all: $(STAMP)
+	$(VENV)/bin/jupyter-book build . --builder html --keep-going --all
 	@test -z "$$(ls -A _build/html/reports 2>/dev/null)" || (echo "cell errors: see _build/html/reports" && exit 1)
 
 test: $(STAMP)

@@ -94,7 +94,8 @@ def expand_api_lines(app: Sphinx, docname: str, source: list[str]) -> None:
         blocks = []
         for name in match.group("names").split():
             for module in _modules(name):
-                blocks.append(f"### `{module}`\n\n```{{automodule}} {module}\n```\n")
+                # eval-rst: autodoc writes reStructuredText, which MyST passes through only inside eval-rst.
+                blocks.append(f"### `{module}`\n\n```{{eval-rst}}\n.. automodule:: {module}\n```\n")
         return "\n".join(blocks)
 
     source[0] = API_LINE.sub(expand, source[0])

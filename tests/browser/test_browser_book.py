@@ -197,6 +197,8 @@ _COLLECT = """() => ({
     hrefs: Array.from(document.querySelectorAll('a[href]'), a => a.href),
     images: Array.from(document.querySelectorAll('article img, main img'),
                        i => ({src: i.getAttribute('src'), alt: i.getAttribute('alt')})),
+    code_blocks: document.querySelectorAll('div.highlight pre').length,
+    copy_buttons: document.querySelectorAll('div.highlight button.copybtn').length,
 })"""
 
 
@@ -281,6 +283,17 @@ def test_images_have_alt_text(visit: Visit, page: str) -> None:
         f"{page}: images without alt text (a figure cell needs `:mystnb:` metadata with `image: alt:` and "
         f"`figure: caption:`): {bad}"
     )
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.startswith("notebooks/")] or [NO_PAGES])
+def test_code_has_copy_buttons(visit: Visit, page: str) -> None:
+    """Every code block of a chapter has a copy button (sphinx-copybutton)."""
+    if page == NO_PAGES:
+        _skip_or_fail(f"no chapter pages in {HTML}")
+    seen = _seen(visit, page)
+    assert seen["code_blocks"] > 0, f"{page}: no code blocks found"
+    assert seen["copy_buttons"] == seen["code_blocks"], f"{page}: {seen['copy_buttons']} copy buttons for " \
+        f"{seen['code_blocks']} code blocks"
 
 
 # ------------------------------------------------------------------------------------------------ cross-page tests
