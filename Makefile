@@ -14,7 +14,7 @@ export PYTHONHASHSEED ?= 0
 
 help:
 	@echo "make book       build the HTML book into _build/html, executing every notebook"
-	@echo "                (again with no change: re-reads and re-executes only changed pages, a few seconds)"
+	@echo "                (again: re-executes only changed pages, or every page after a change in companion/)"
 	@echo "make book-all   rebuild every page and re-execute every notebook (after a change in companion/)"
 	@echo "make test       run every test: unit, parity, nbval over chapters and solutions"
 	@echo "make exercises  regenerate exercises/ from solutions/"
@@ -32,9 +32,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Sphinx re-reads only the pages that changed. A change in companion/ can change any notebook's outputs, so then
+# every page is rebuilt and every notebook re-executed.
+BOOK_STAMP := _build/.book-built
 book: $(STAMP)
-	$(VENV)/bin/jupyter-book build . --builder html --keep-going
+	$(VENV)/bin/jupyter-book build . --builder html --keep-going \
+	    $$(test -f $(BOOK_STAMP) && test -z "$$(find companion -name '*.py' -newer $(BOOK_STAMP))" || echo --all)
 	@test -z "$$(ls -A _build/html/reports 2>/dev/null)" || (echo "cell errors: see _build/html/reports" && exit 1)
+	@touch $(BOOK_STAMP)
 
 # MathJax comes from the PyPI package sphinx-mathjax-offline (in the [book] extra), so the book needs no CDN.
 book-all: $(STAMP)
