@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 # Set before any test imports TensorFlow or torch: exact numbers, quiet logs, one thread per test worker.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -31,7 +33,10 @@ def pytest_configure(config) -> None:
             target = source.with_suffix(".ipynb")
             if target.exists() and target.stat().st_mtime >= source.stat().st_mtime:
                 continue
-            jupytext.write(jupytext.read(source), target)
+            try:
+                jupytext.write(jupytext.read(source), target)
+            except Exception as error:  # say which notebook is broken instead of an INTERNALERROR traceback
+                raise pytest.UsageError(f"cannot convert {source.relative_to(ROOT)} for nbval: {error}") from error
 
 
 def pytest_ignore_collect(collection_path: Path, config):

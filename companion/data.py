@@ -101,22 +101,45 @@ def _form(forms: Sequence[str], gender: str, plural: bool) -> str:
 
 
 @dataclass(frozen=True)
-class _NounPhrase:
+class NounPhrase:
+    """A noun phrase in both languages, with the number and gender the rest of the sentence agrees with."""
+
     english: list[str]
     french: list[str]
     plural: bool
     gender: str
 
 
-def _noun_phrase(rng: random.Random) -> _NounPhrase:
-    """A random noun phrase: determiner, optional adjective before, noun, optional adjective after."""
-    en_sg, en_pl, fr_sg, fr_pl, gender = rng.choice(NOUNS)
-    det = rng.choice(DETERMINERS)
-    plural = rng.random() < 0.5
-    before = rng.choice(ADJECTIVES_BEFORE) if rng.random() < 0.5 else None
-    after = rng.choice(ADJECTIVES_AFTER) if rng.random() < 0.5 else None
+def _lookup(table: Sequence[tuple[str, ...]], english: str, what: str) -> tuple[str, ...]:
+    """The row of ``table`` whose first column is the English word ``english``."""
+    for row in table:
+        if row[0] == english:
+            return row
+    raise ValueError(f"{what} must be one of {[row[0] for row in table]}; got {english!r}")
 
-    english_adjectives = [a[0] for a in (before, after) if a is not None]  # English: all adjectives first
+
+def noun_phrase(
+    determiner: str, noun: str, plural: bool = False, before: str | None = None, after: str | None = None
+) -> NounPhrase:
+    """Build one noun phrase of the toy grammar from English words.
+
+    Args:
+        determiner: ``"the"``, ``"a"``, ``"my"`` or ``"this"`` (their plurals are chosen from ``plural``).
+        noun: an English noun of :data:`NOUNS` (singular form).
+        plural: singular or plural.
+        before: an adjective of :data:`ADJECTIVES_BEFORE` (it stays before the noun in French), or None.
+        after: an adjective of :data:`ADJECTIVES_AFTER` (it moves after the noun in French), or None.
+
+    >>> phrase = noun_phrase("a", "car", plural=True, before="big", after="white")
+    >>> " ".join(phrase.english), " ".join(phrase.french)
+    ('some big white cars', 'de grandes voitures blanches')
+    """
+    en_sg, en_pl, fr_sg, fr_pl, gender = _lookup(NOUNS, noun, "noun")
+    det = _lookup(DETERMINERS, determiner, "determiner")
+    adjective_before = _lookup(ADJECTIVES_BEFORE, before, "before") if before is not None else None
+    adjective_after = _lookup(ADJECTIVES_AFTER, after, "after") if after is not None else None
+
+    english_adjectives = [a[0] for a in (adjective_before, adjective_after) if a is not None]  # English: all first
     english_noun = en_pl if plural else en_sg
     english_det = det[1] if plural else det[0]
     if english_det == "a" and (english_adjectives or [english_noun])[0][0] in "aeiou":
@@ -124,21 +147,31 @@ def _noun_phrase(rng: random.Random) -> _NounPhrase:
     english = [english_det, *english_adjectives, english_noun]
 
     if plural:
-        french_det = "de" if det[4] == "des" and before is not None else det[4]
+        french_det = "de" if det[4] == "des" and adjective_before is not None else det[4]
     else:
         french_det = det[3] if gender == "f" else det[2]
     french = [french_det]
-    if before is not None:
-        french.append(_form(before[1:], gender, plural))
+    if adjective_before is not None:
+        french.append(_form(adjective_before[1:], gender, plural))
     french.append(fr_pl if plural else fr_sg)
-    if after is not None:
-        french.append(_form(after[1:], gender, plural))
-    return _NounPhrase(english, french, plural, gender)
+    if adjective_after is not None:
+        french.append(_form(adjective_after[1:], gender, plural))
+    return NounPhrase(english, french, plural, gender)
+
+
+def _random_noun_phrase(rng: random.Random) -> NounPhrase:
+    """A random noun phrase: determiner, optional adjective before, noun, optional adjective after."""
+    noun = rng.choice(NOUNS)[0]
+    determiner = rng.choice(DETERMINERS)[0]
+    plural = rng.random() < 0.5
+    before = rng.choice(ADJECTIVES_BEFORE)[0] if rng.random() < 0.5 else None
+    after = rng.choice(ADJECTIVES_AFTER)[0] if rng.random() < 0.5 else None
+    return noun_phrase(determiner, noun, plural, before, after)
 
 
 def toy_sentence_pair(rng: random.Random) -> Pair:
     """One random (English, French-like) pair of the toy grammar; see the module docstring for its rules."""
-    subject = _noun_phrase(rng)
+    subject = _random_noun_phrase(rng)
     negative = rng.random() < 0.3
     kind = rng.choice(("intransitive", "transitive", "copula"))
     english, french = list(subject.english), list(subject.french)
@@ -162,7 +195,7 @@ def toy_sentence_pair(rng: random.Random) -> Pair:
             english.append(en_base if subject.plural else en_3sg)
             french.append(french_verb)
         if kind == "transitive":
-            obj = _noun_phrase(rng)
+            obj = _random_noun_phrase(rng)
             english += obj.english
             french += obj.french
     return " ".join(english), " ".join(french)

@@ -97,21 +97,50 @@ def progress_bar(
     enabled: bool = True,
     **kwargs,
 ):
-    """A tqdm bar written to standard output (so a notebook keeps it), redrawn at most every two seconds.
+    """A tqdm text bar, redrawn at most once a second.
 
-    ``enabled=False``, or ``COMPANION_PROGRESS=0`` in the environment, turns the bar off (tests, benchmarks).
-    Other keyword arguments go to ``tqdm``.
+    In a terminal it goes to standard output. In a Jupyter notebook it lives in one output that each redraw
+    replaces, so a saved or executed notebook (and the book) keeps only its final state, not one line per
+    redraw. ``enabled=False``, or ``COMPANION_PROGRESS=0`` in the environment, turns the bar off (tests,
+    benchmarks). Other keyword arguments go to ``tqdm``.
     """
     from tqdm import tqdm
 
+    disable = not enabled or os.environ.get("COMPANION_PROGRESS", "1") == "0"
     options = {
-        "file": sys.stdout,
-        "mininterval": 2.0,
-        "ncols": 100,
-        "disable": not enabled or os.environ.get("COMPANION_PROGRESS", "1") == "0",
+        "file": _NotebookLine() if not disable and _in_notebook() else sys.stdout,
+        "mininterval": 1.0,
+        "ncols": 88,
+        "disable": disable,
     }
     options.update(kwargs)
     return tqdm(iterable, total=total, desc=desc, **options)
+
+
+def _in_notebook() -> bool:
+    """True inside a Jupyter kernel (where outputs can be replaced), False in a terminal or a script."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class _NotebookLine:
+    """A write-only text "file" for tqdm that shows only the latest line, in one replaceable notebook output."""
+
+    encoding = "utf-8"  # tqdm draws its bar with block characters only on a stream that declares UTF-8
+
+    def __init__(self):
+        from IPython.display import display
+
+        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def write(self, text: str) -> int:
+        line = text.split("\r")[-1].strip("\n").rstrip()
+        if line:
+            self.handle.update({"text/plain": line}, raw=True)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
 
 
 def transformer_parameter_count(

@@ -148,25 +148,30 @@ class Trainer:
         """Train for ``epochs`` passes over the pairs, reshuffled each epoch (seed + epoch).
 
         With ``validation = (src_ids, tgt_ids)`` the validation loss is recorded after every epoch. Returns
-        ``history`` (also kept on the trainer); ``history["seconds"]`` is the wall-clock time of this call.
+        ``history`` (also kept on the trainer); ``history["seconds"]`` is the wall-clock time of this call and
+        ``history["first_step_seconds"]`` that of its first update (which includes any tracing or compiling).
         Every batch has ``batch_size`` rows (the pairs left over after the last full batch wait for the next
         epoch's shuffle), as in the Keras trainer, so both see the same batches.
         """
         start = time.perf_counter()
+        timing: dict[str, list[float]] = {}
         steps_per_epoch = len(src_ids) // batch_size
         bar = progress_bar(total=epochs * steps_per_epoch, desc="torch", enabled=progress)
         for epoch in range(epochs):
             batches = iterate_batches(src_ids, tgt_ids, batch_size, shuffle=True, seed=seed + epoch, drop_last=True)
             for src, tgt in batches:
                 loss = self.train_step(src, tgt)
+                if "first_step_seconds" not in timing:
+                    timing["first_step_seconds"] = [time.perf_counter() - start]
                 bar.update()
                 bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", refresh=False)
             if validation is not None:
                 self.history["val_step"].append(self.step)
                 self.history["val_loss"].append(self.evaluate(*validation))
-                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", val_loss=f"{self.history['val_loss'][-1]:.3f}")
+                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", val=f"{self.history['val_loss'][-1]:.3f}")
         bar.close()
         self.history["seconds"] = [time.perf_counter() - start]
+        self.history.update(timing)
         return self.history
 
 

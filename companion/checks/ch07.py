@@ -1,0 +1,409 @@
+"""Checks for chapter 7, "The full model"."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.training import transformer_parameter_count, warmup_learning_rate
+
+CHAPTER = "07_full_model"
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 1: parameter count
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _count(
+    src_vocab: int,
+    tgt_vocab: int,
+    d_model: int,
+    num_layers: int,
+    d_ff: int,
+    biases: bool = True,
+    norms: bool = True,
+    norm_shift: bool = True,
+    cross: bool = True,
+    output_projection: bool = True,
+    generator: bool = True,
+) -> int:
+    """The parameter count with parts switched off: each switch is one typical mistake."""
+    attention = (4 if output_projection else 3) * (d_model * d_model + (d_model if biases else 0))
+    ffn = 2 * d_model * d_ff + ((d_ff + d_model) if biases else 0)
+    norm = (2 if norm_shift else 1) * d_model if norms else 0
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * norm
+    head = (d_model * tgt_vocab + (tgt_vocab if biases else 0)) if generator else 0
+    return (src_vocab + tgt_vocab) * d_model + num_layers * (encoder_layer + decoder_layer) + head
+
+
+_CONFIGS = [
+    (300, 400, 512, 2, 2048),
+    (37000, 37000, 512, 6, 2048),
+    (70, 100, 64, 2, 128),
+    (11, 13, 8, 3, 20),
+]
+
+
+@exercise(CHAPTER, "count_parameters", "trainable parameters of a Transformer configuration")
+def check_count_parameters(count_parameters) -> None:
+    for config in _CONFIGS:
+        expected = transformer_parameter_count(*config)
+        assert expected == _count(*config)
+        answer = call(count_parameters, *config)
+        try:
+            answer = int(answer)
+        except (TypeError, ValueError):
+            raise CheckFailed(f"count_parameters should return an integer; got {type(answer).__name__}") from None
+        expect_equal(
+            answer,
+            expected,
+            f"count_parameters{config}",
+            mistakes={
+                "the biases are missing: every Linear / Dense layer has one (d_out numbers)": _count(
+                    *config, biases=False
+                ),
+                "the LayerNorm weights are missing: each has a scale and a shift of d_model numbers": _count(
+                    *config, norms=False
+                ),
+                "each LayerNorm has two vectors (scale and shift), 2 * d_model numbers, not one": _count(
+                    *config, norm_shift=False
+                ),
+                "a decoder layer was counted like an encoder layer: it also has a cross-attention and a third "
+                "LayerNorm": _count(*config, cross=False),
+                "the output projection W_O of each attention is missing: 4 projections per attention, not 3": _count(
+                    *config, output_projection=False
+                ),
+                "the final Linear / Dense layer (d_model -> tgt_vocab_size, with bias) is missing": _count(
+                    *config, generator=False
+                ),
+            },
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 2: the teacher-forcing shift
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _target_batches(seed: int):
+    generator = rng(seed)
+    for batch, length in [(2, 5), (3, 7), (1, 3), (4, 2)]:
+        ids = generator.integers(4, 30, size=(batch, length))
+        ids[:, 0] = 2  # <s>
+        for row in range(batch):
+            end = int(generator.integers(1, length))
+            ids[row, end] = 3  # </s>
+            ids[row, end + 1 :] = 0  # PAD
+        yield ids
+
+
+@exercise(CHAPTER, "teacher_forcing_split", "decoder input = target without its last token; labels = without <s>")
+def check_teacher_forcing_split(teacher_forcing_split) -> None:
+    for ids in _target_batches(4):
+        answer = call(teacher_forcing_split, ids.copy())
+        if not isinstance(answer, tuple | list) or len(answer) != 2:
+            raise CheckFailed("teacher_forcing_split should return two arrays: (decoder_input, labels)")
+        decoder_input, labels = (to_numpy(a) for a in answer)
+        expected_input, expected_labels = ids[:, :-1], ids[:, 1:]
+        if decoder_input.shape == ids.shape or labels.shape == ids.shape:
+            raise CheckFailed(
+                f"for a target of shape {ids.shape} both parts should have shape {expected_input.shape}: the input "
+                "drops the last token and the labels drop the first"
+            )
+        if np.array_equal(decoder_input, expected_labels) and np.array_equal(labels, expected_input):
+            raise CheckFailed("input and labels are swapped: the decoder input starts with <s>, the labels do not")
+        if decoder_input.shape == labels.shape and np.array_equal(decoder_input, labels):
+            raise CheckFailed(
+                "the labels equal the decoder input: the model would learn to copy its input; the label at each "
+                "position is the *next* token"
+            )
+        expect_close(decoder_input, expected_input, "the decoder input", atol=0)
+        expect_close(
+            labels,
+            expected_labels,
+            "the labels",
+            atol=0,
+            mistakes={"the labels were shifted the wrong way: they drop <s>, not the last token": expected_input},
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 3: the warm-up schedule
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "warmup_lr", "the paper's learning rate: linear warm-up, then 1/sqrt(step) decay")
+def check_warmup_lr(warmup_lr) -> None:
+    for d_model, warmup in [(512, 4000), (64, 200), (128, 30)]:
+        steps = np.array(sorted({1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 3 * warmup, 25 * warmup}))
+        answer = np.array([float(call(warmup_lr, int(s), d_model, warmup)) for s in steps])
+        expected = warmup_learning_rate(steps, d_model, warmup)
+        s = steps.astype(float)
+        expect_close(
+            answer,
+            expected,
+            f"warmup_lr(step, d_model={d_model}, warmup_steps={warmup}) for steps {steps.tolist()}",
+            rtol=1e-6,
+            atol=0,
+            mistakes={
+                "max where the formula has min: the rate must take the smaller of the two terms": d_model**-0.5
+                * np.maximum(s**-0.5, s * warmup**-1.5),
+                "the warm-up term uses warmup_steps ** -0.5; it is step * warmup_steps ** -1.5": d_model**-0.5
+                * np.minimum(s**-0.5, s * warmup**-0.5),
+                "the factor d_model ** -0.5 is missing": np.minimum(s**-0.5, s * warmup**-1.5),
+                "the decay term is sqrt(step); it is step ** -0.5 = 1 / sqrt(step)": d_model**-0.5
+                * np.minimum(s**0.5, s * warmup**-1.5),
+                "off by one: step counts from 1 (the first update), do not add or subtract 1": d_model**-0.5
+                * np.minimum((s + 1) ** -0.5, (s + 1) * warmup**-1.5),
+            },
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 4: label-smoothed cross-entropy that ignores PAD
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def smoothed_loss_variants(logits: np.ndarray, labels: np.ndarray, smoothing: float, pad_id: int) -> dict:
+    """The right loss (key ``"right"``) and the value each typical mistake gives, computed in float64."""
+    log_probs = _log_softmax(logits.astype(np.float64))
+    vocab = logits.shape[-1]
+    nll = -np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+    uniform = -log_probs.mean(axis=-1)
+    others = (-log_probs.sum(axis=-1) - nll) / (vocab - 1)  # smoothing spread over the other tokens only
+    per_token = (1 - smoothing) * nll + smoothing * uniform
+    keep = labels != pad_id
+    count = max(int(keep.sum()), 1)
+    per_sentence = [per_token[r][keep[r]].mean() for r in range(len(labels)) if keep[r].any()]
+    return {
+        "right": (per_token * keep).sum() / count,
+        "PAD positions were averaged in: sum over the non-PAD positions and divide by their number": per_token.mean(),
+        "the smoothing is missing: mix (1 - smoothing) * nll with smoothing * the mean of -log p": (nll * keep).sum()
+        / count,
+        "the smoothing went to the other tokens only (smoothing / (vocab - 1) each); here it is spread over the "
+        "whole vocabulary, the right token included": (((1 - smoothing) * nll + smoothing * others) * keep).sum()
+        / count,
+        "the loss is summed, not averaged over the non-PAD positions": (per_token * keep).sum(),
+        "each sentence was averaged first: average over all non-PAD positions of the batch at once": np.mean(
+            per_sentence
+        ),
+    }
+
+
+def _loss_cases(seed: int):
+    generator = rng(seed)
+    for batch, length, vocab, smoothing, pad_id in [(2, 5, 7, 0.1, 0), (3, 6, 11, 0.2, 0), (4, 4, 9, 0.1, 1)]:
+        logits = (generator.standard_normal((batch, length, vocab)) * 2).astype(np.float32)
+        labels = generator.integers(0, vocab, size=(batch, length))
+        labels[labels == pad_id] = (pad_id + 1) % vocab
+        for row in range(batch):
+            labels[row, int(generator.integers(1, length + 1)) :] = pad_id  # right padding, >= 1 token each
+        labels[0, -1] = (pad_id + 2) % vocab  # one full-length sentence, so lengths differ
+        yield logits, labels, smoothing, pad_id
+
+
+def _check_loss(loss_fn, convert, name: str) -> None:
+    for logits, labels, smoothing, pad_id in _loss_cases(5):
+        variants = smoothed_loss_variants(logits, labels, smoothing, pad_id)
+        expected = variants.pop("right")
+        answer = to_numpy(call(loss_fn, *convert(logits, labels), smoothing, pad_id))
+        if answer.size != 1:
+            raise CheckFailed(f"{name} should return one number (a scalar); got shape {answer.shape}")
+        expect_close(
+            answer.reshape(()),
+            np.asarray(expected),
+            f"{name}(logits {logits.shape}, labels {labels.shape}, smoothing={smoothing}, pad_id={pad_id})",
+            mistakes={message: np.asarray(value) for message, value in variants.items()},
+            atol=1e-5,
+            rtol=1e-5,
+        )
+
+
+@exercise(
+    CHAPTER, "label_smoothed_loss_torch", "label-smoothed cross-entropy over non-PAD positions (PyTorch)", "torch"
+)
+def check_label_smoothed_loss_torch(label_smoothed_loss_torch) -> None:
+    import torch
+
+    _check_loss(
+        label_smoothed_loss_torch,
+        lambda logits, labels: (torch.as_tensor(logits), torch.as_tensor(labels)),
+        "label_smoothed_loss_torch",
+    )
+
+
+@exercise(CHAPTER, "label_smoothed_loss_keras", "label-smoothed cross-entropy over non-PAD positions (Keras)", "keras")
+def check_label_smoothed_loss_keras(label_smoothed_loss_keras) -> None:
+    from keras import ops
+
+    _check_loss(
+        label_smoothed_loss_keras,
+        lambda logits, labels: (ops.convert_to_tensor(logits), ops.convert_to_tensor(labels.astype("int32"))),
+        "label_smoothed_loss_keras",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 5: batched greedy decoding with a stop token
+# ---------------------------------------------------------------------------------------------------------------
+
+BOS_ID, EOS_ID, PAD_ID = 2, 3, 0
+
+
+def decoding_scripts(seed: int) -> list[tuple[np.ndarray, int]]:
+    """Token scripts ``(batch, steps)`` for the scripted models, and the ``max_len`` to decode with.
+
+    Rows end with ``</s>`` at different steps; the script goes on with ordinary tokens after it (a decoder that
+    keeps generating after ``</s>`` gets them). One case stops at ``max_len`` before every row has finished.
+    """
+    generator = rng(seed)
+    cases = []
+    for batch, steps, max_len in [(3, 8, 12), (4, 9, 12), (2, 8, 4), (1, 6, 10)]:
+        script = generator.integers(4, 20, size=(batch, steps))
+        for row in range(batch):
+            script[row, int(generator.integers(0, steps - 2))] = EOS_ID
+        cases.append((script, max_len))
+    return cases
+
+
+def greedy_reference(script: np.ndarray, max_len: int) -> np.ndarray:
+    """What batched greedy decoding must return for a scripted model."""
+    batch, steps = script.shape
+    out = np.full((batch, 0), PAD_ID, dtype=np.int64)
+    finished = np.zeros(batch, dtype=bool)
+    for t in range(max_len):
+        token = np.where(finished, PAD_ID, script[:, min(t, steps - 1)])
+        out = np.concatenate([out, token[:, None]], axis=1)
+        finished |= token == EOS_ID
+        if finished.all():
+            break
+    return out
+
+
+def _greedy_mistakes(script: np.ndarray, max_len: int) -> dict[str, np.ndarray]:
+    batch, steps = script.shape
+    right = greedy_reference(script, max_len)
+    column = script[:, : right.shape[1]] if right.shape[1] <= steps else None
+    full = np.full((batch, max_len), PAD_ID, dtype=np.int64)
+    full[:, : right.shape[1]] = right
+    first_done = int(np.argmax((right == EOS_ID).any(axis=0))) + 1 if (right == EOS_ID).any() else right.shape[1]
+    mistakes = {
+        "the output starts with <s>: return only the generated tokens": np.concatenate(
+            [np.full((batch, 1), BOS_ID), right], axis=1
+        ),
+        "the loop went on to max_len after every sentence had finished: stop as soon as all have produced </s>": full,
+        "the loop stopped when the first sentence finished: stop only when every sentence has produced </s>": right[
+            :, :first_done
+        ],
+    }
+    if column is not None:
+        mistakes["a finished sentence kept generating: after </s> it must get PAD"] = column
+    return mistakes
+
+
+def _torch_scripted_model(script: np.ndarray, vocab: int = 24):
+    import torch
+    from torch import nn
+
+    class ScriptedModel(nn.Module):
+        """Predicts ``script[:, t]`` at decoder position t, whatever it is fed. Counts its decode calls."""
+
+        pad_id, max_len = PAD_ID, 64
+
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(()))
+            self.script = torch.as_tensor(script)
+            self.calls = 0
+
+        def encode(self, src_ids):
+            return src_ids.float()[..., None] * self.scale, (src_ids != PAD_ID)[:, None, None, :]
+
+        def decode(self, tgt_ids, memory, src_mask):
+            self.calls += 1
+            batch, steps = tgt_ids.shape
+            if batch != self.script.shape[0] or memory.shape[0] != batch:
+                raise ValueError(f"expected a batch of {self.script.shape[0]} rows; got {batch}")
+            if not bool((tgt_ids[:, 0] == BOS_ID).all()):
+                raise ValueError("every decoder input must start with <s> (bos_id)")
+            index = torch.arange(steps).clamp(max=self.script.shape[1] - 1)
+            logits = torch.zeros(batch, steps, vocab)
+            logits.scatter_(2, self.script[:, index][..., None], 5.0)
+            return logits
+
+    return ScriptedModel()
+
+
+def _keras_scripted_model(script: np.ndarray, vocab: int = 24):
+    from keras import ops
+
+    class ScriptedModel:
+        """Predicts ``script[:, t]`` at decoder position t, whatever it is fed. Counts its decode calls."""
+
+        pad_id, max_len = PAD_ID, 64
+
+        def __init__(self):
+            self.calls = 0
+
+        def encode(self, src_ids):
+            src = ops.convert_to_tensor(src_ids)
+            return ops.cast(src, "float32")[..., None], ops.not_equal(src, PAD_ID)[:, None, None, :]
+
+        def decode(self, tgt_ids, memory, src_mask):
+            self.calls += 1
+            ids = ops.convert_to_numpy(tgt_ids)
+            batch, steps = ids.shape
+            if batch != script.shape[0]:
+                raise ValueError(f"expected a batch of {script.shape[0]} rows; got {batch}")
+            if not (ids[:, 0] == BOS_ID).all():
+                raise ValueError("every decoder input must start with <s> (bos_id)")
+            index = np.minimum(np.arange(steps), script.shape[1] - 1)
+            logits = np.eye(vocab, dtype="float32")[script[:, index]] * 5.0
+            return ops.convert_to_tensor(logits)
+
+    return ScriptedModel()
+
+
+def _check_greedy(decode_fn, make_model, to_ids, name: str) -> None:
+    # Position matters: the next token is read at the *last* position of the decoder output.
+    script = np.array([[5, 6, 7, 8, 9, EOS_ID]])
+    answer = to_numpy(call(decode_fn, make_model(script), to_ids(np.full((1, 3), 7)), BOS_ID, EOS_ID, 10))
+    if answer.shape[1:] and answer.shape[1] >= 2 and answer[0, 0] == 5 and answer[0, 1] == 5:
+        raise CheckFailed(f"{name}: the next token must be read at the last position (logits[:, -1]), not the first")
+    for case, (script, max_len) in enumerate(decoding_scripts(6)):
+        model = make_model(script)
+        src = to_ids(np.full((script.shape[0], 5), 7, dtype=np.int64))
+        expected = greedy_reference(script, max_len)
+        answer = to_numpy(call(decode_fn, model, src, BOS_ID, EOS_ID, max_len))
+        what = f"{name}(case {case + 1}: batch {script.shape[0]}, max_len={max_len})"
+        expect_close(answer, expected, what, mistakes=_greedy_mistakes(script, max_len), atol=0)
+        if model.calls > expected.shape[1]:
+            raise CheckFailed(
+                f"{what} called model.decode {model.calls} times for {expected.shape[1]} tokens: the loop should stop "
+                "as soon as every sentence has produced </s>"
+            )
+
+
+@exercise(CHAPTER, "greedy_decode_torch", "batched greedy decoding that stops at </s> (PyTorch)", "torch")
+def check_greedy_decode_torch(greedy_decode_torch) -> None:
+    import torch
+
+    _check_greedy(greedy_decode_torch, _torch_scripted_model, torch.as_tensor, "greedy_decode_torch")
+
+
+@exercise(CHAPTER, "greedy_decode_keras", "batched greedy decoding that stops at </s> (Keras)", "keras")
+def check_greedy_decode_keras(greedy_decode_keras) -> None:
+    from keras import ops
+
+    _check_greedy(
+        greedy_decode_keras,
+        _keras_scripted_model,
+        lambda ids: ops.convert_to_tensor(ids.astype("int32")),
+        "greedy_decode_keras",
+    )
