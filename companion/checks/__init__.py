@@ -39,15 +39,22 @@ class Exercise:
     track: str
     title: str
     checker: Callable[[Any], None]
+    #: Calls that answer the exercise in one go (dotted names); reaching one fails the exercise.
+    shortcuts: tuple[str, ...] = ()
 
 
 _REGISTRY: dict[str, Exercise] = {}
 
 
-def exercise(chapter: str, symbol: str, title: str, track: str = "numpy") -> Callable:
+def exercise(
+    chapter: str, symbol: str, title: str, track: str = "numpy", shortcuts: tuple[str, ...] = ()
+) -> Callable:
     """Register the decorated checker for the exercise whose answer is named ``symbol``.
 
-    The exercise id is ``symbol``; it must be unique across the course.
+    The exercise id is ``symbol``; it must be unique across the course. ``shortcuts`` names the calls that would
+    answer the exercise in one go (``"torch.nn.functional.scaled_dot_product_attention"``): the grader fails an
+    answer that reaches one, directly or through the notebook's helpers. The course's own package (anything of
+    ``companion`` but ``companion.checks.check``) is always forbidden.
     """
     if track not in TRACKS:
         raise ValueError(f"track must be one of {TRACKS}; got {track!r}")
@@ -55,7 +62,7 @@ def exercise(chapter: str, symbol: str, title: str, track: str = "numpy") -> Cal
     def register(checker: Callable[[Any], None]) -> Callable[[Any], None]:
         if symbol in _REGISTRY and _REGISTRY[symbol].checker.__qualname__ != checker.__qualname__:
             raise ValueError(f"exercise id {symbol!r} is registered twice")
-        _REGISTRY[symbol] = Exercise(symbol, chapter, symbol, track, title, checker)
+        _REGISTRY[symbol] = Exercise(symbol, chapter, symbol, track, title, checker, tuple(shortcuts))
         return checker
 
     return register
@@ -128,7 +135,43 @@ def call(fn: Callable, *args, **kwargs) -> Any:
         raise
     except Exception as error:  # the student's bug, reported rather than crashing the check
         name = getattr(fn, "__name__", type(fn).__name__)
-        raise CheckFailed(f"calling {name} raised {type(error).__name__}: {error}") from None
+        where = getattr(error, "where", "") or _student_line(error)
+        inputs = describe_inputs(args, kwargs)
+        raise CheckFailed(f"calling {name}({inputs}) raised {type(error).__name__}: {error}"
+                          + (f" (at {where})" if where else "")) from None
+
+
+def _student_line(error: BaseException) -> str:
+    """The innermost line of a notebook's code in a traceback (when the check runs inside the notebook)."""
+    import traceback
+
+    where = ""
+    for frame in traceback.extract_tb(error.__traceback__):
+        if frame.filename.startswith(("<ipython-input", "<string", "<notebook")) or "/ipykernel_" in frame.filename:
+            where = f"line {frame.lineno}"
+    return where
+
+
+def describe_inputs(args: tuple, kwargs: dict | None = None) -> str:
+    """A short description of a call's inputs: shapes and dtypes of arrays, values of small plain data."""
+    parts = [_describe_value(a) for a in args]
+    parts += [f"{k}={_describe_value(v)}" for k, v in (kwargs or {}).items()]
+    return ", ".join(parts)
+
+
+def _describe_value(value: Any) -> str:
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None and not callable(shape):
+        kind = "array" if isinstance(value, np.ndarray) else "tensor"
+        return f"{kind} {tuple(shape)} {str(dtype).replace('torch.', '')}"
+    if type(value) in (int, float, bool, str, type(None)):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if type(value) in (list, tuple, dict) and len(repr(value)) <= 60:
+        return repr(value)
+    if type(value) in (list, tuple):
+        return f"{type(value).__name__} of {len(value)}"
+    return getattr(value, "__name__", None) or type(value).__name__
 
 
 def to_numpy(value: Any) -> np.ndarray:

@@ -10,24 +10,26 @@ From Python::
     report = grade(["exercises/01_text_as_numbers.md"], tracks=["torch"])
     report.ok, report.notebooks[0].result("pad_batch").message
 
-How a notebook is graded:
+How a notebook is graded (the threat model is in ``book/grading.md``):
 
 1. Its chapter is its file name without extension; the exercises are those registered for that chapter in
    :mod:`companion.checks` (``numpy`` exercises always, ``torch``/``keras`` ones when their track is selected).
-2. The parent process reads the code cells (jupytext; IPython syntax is turned into Python). A file that is not
-   UTF-8, not JSON (``.ipynb``) or not a notebook fails every exercise with a message; a cell with a syntax error
-   is skipped with a message.
-3. A worker process (:mod:`companion.grade.worker`) loads only the imports, functions and classes of each cell
-   into a fresh module (the notebook's other statements never run), then calls each exercise's checker, taken
-   from the installed companion before any of the notebook's code ran, on the student's object.
-4. Each step has a time limit; a step that hangs or kills the worker fails alone and a fresh worker goes on.
-   Printed output is captured and capped. A :class:`~companion.grade.guard.Guard` notices code that changes the
-   grading code (numpy, torch, keras, companion) while being loaded or checked, and that step fails.
+   Grading a folder expects a notebook for every registered chapter (or those of ``--chapters``); a missing or
+   renamed notebook is missing work, and its exercises fail.
+2. This process reads the code cells as text (:mod:`.notebooks`, jupytext) and never runs them.
+3. A student process (:mod:`.launcher`: bubblewrap, rlimits, a pids cgroup, a subreaper) loads only the
+   imports, functions, classes and literal constants of each cell (:mod:`.sandbox.child`).
+4. Each exercise's checker runs here, on a proxy for the student's object (:mod:`.remote`): calls and attribute
+   reads go to the student process, results come back as plain data. Expected values never leave this process.
+5. Each step has a time limit; a step that hangs or kills the student process fails alone, everything that
+   process started is ended, and a fresh one goes on. Reports are written atomically, after the last student
+   process has ended.
 """
 
 from .report import junit_xml, table, write_json, write_junit
 from .results import FAILED, PASSED, SKIPPED, ExerciseResult, GradeReport, NotebookResult
-from .runner import DEFAULT_TIMEOUT, collect_notebooks, grade
+from .notebooks import collect_notebooks
+from .runner import DEFAULT_TIMEOUT, grade
 
 __all__ = [
     "DEFAULT_TIMEOUT",

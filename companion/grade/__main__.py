@@ -1,4 +1,4 @@
-"""Command line: ``python -m companion.grade PATH... [--junit FILE] [--json FILE] [--timeout SECONDS]``."""
+"""Command line: ``python -m companion.grade PATH... [--junit FILE] [--json FILE] [--timeout SECONDS] ...``."""
 
 from __future__ import annotations
 
@@ -9,18 +9,22 @@ from collections.abc import Callable
 from companion.checks import TRACKS
 
 from . import report as reports
+from .launcher import DEFAULT_MEMORY
 from .runner import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, grade
 
 EPILOG = """\
 The chapter of a notebook is its file name without extension (exercises/02_attention.md is chapter
-02_attention). Only the notebook's imports, functions and classes are loaded, in a separate process; its
-other statements (check cells, prints, experiments) never run. Exit status: 0 when every graded exercise
-passes, 1 otherwise, 2 for a usage error.
+02_attention). Only the notebook's imports, functions and classes are loaded, in a separate, contained
+process (bubblewrap where it works: the table says `sandbox: on` or `off`); its other statements (check
+cells, prints, experiments) never run. A folder must hold every chapter's notebook (or those of --chapters):
+a missing or renamed notebook scores zero. Exit status: 0 when every expected exercise passes, 1 otherwise,
+2 for a usage error.
 
 examples:
   python -m companion.grade exercises/01_text_as_numbers.md
   python -m companion.grade exercises --track torch
   python -m companion.grade exercises --junit grade.xml --json grade.json
+  python -m companion.grade exercises --chapters 01,02 --extra-checks instructor_checks.py
 """
 
 
@@ -30,6 +34,26 @@ def _tracks(text: str) -> list[str]:
     if unknown or not chosen:
         raise argparse.ArgumentTypeError(f"choose among {','.join(TRACKS)} (comma-separated); got {text!r}")
     return chosen
+
+
+def _chapters(text: str) -> list[str]:
+    chosen = [c.strip() for c in text.split(",") if c.strip()]
+    if not chosen:
+        raise argparse.ArgumentTypeError(f"expected chapters such as 01,02; got {text!r}")
+    return chosen
+
+
+def _bytes(text: str) -> int:
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    raw = text.strip().lower().removesuffix("b")
+    factor = units.get(raw[-1:], 1)
+    try:
+        value = int(float(raw[:-1] if raw[-1:] in units else raw) * factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 4G or 2000000000; got {text!r}") from None
+    if value < 2**28:
+        raise argparse.ArgumentTypeError(f"the memory limit must be at least 256 MB; got {text!r}")
+    return value
 
 
 def _positive(kind: type) -> Callable[[str], float]:
@@ -65,13 +89,22 @@ def parser() -> argparse.ArgumentParser:
                         help="notebooks graded at the same time (default 1)")
     parser.add_argument("--output-limit", type=_positive(int), default=DEFAULT_OUTPUT_LIMIT, metavar="CHARS",
                         help=f"printed output kept per exercise for the reports (default {DEFAULT_OUTPUT_LIMIT})")
-    parser.add_argument("--start-method", choices=("forkserver", "spawn"), default=None,
-                        help="how worker processes start (default: forkserver on Linux, spawn elsewhere)")
+    parser.add_argument("--chapters", type=_chapters, default=None, metavar="LIST",
+                        help="the chapters expected, e.g. 01,02 (default: every chapter when a folder is graded)")
+    parser.add_argument("--memory", type=_bytes, default=DEFAULT_MEMORY, metavar="BYTES",
+                        help=f"address-space limit of the student's process (default {DEFAULT_MEMORY // 10**9}G)")
+    parser.add_argument("--extra-checks", metavar="PATH", default=None,
+                        help="an instructor's Python file of extra checks (functions check_<exercise id>); a "
+                             "failure reads 'hidden check failed'")
+    parser.add_argument("--sandbox", choices=("auto", "on", "off"), default="auto",
+                        help="run student code under bubblewrap: auto (where it works), on (required), off")
     parser.add_argument("--quiet", "-q", action="store_true", help="print only the total")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # (room for sub-commands, e.g. `python -m companion.grade class DIR`, dispatched before parsing)
     args = parser().parse_args(argv)
     printed: dict[int, str] = {}
     next_index = [0]
@@ -91,9 +124,15 @@ def main(argv: list[str] | None = None) -> int:
             tracks=args.track,
             jobs=args.jobs,
             output_limit=args.output_limit,
-            start_method=args.start_method,
             on_notebook=show,
+            chapters=args.chapters,
+            memory=args.memory,
+            extra_checks=args.extra_checks,
+            sandbox=args.sandbox,
         )
+    except (ValueError, RuntimeError) as error:
+        print(f"python -m companion.grade: error: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: no report written", file=sys.stderr)
         return 130

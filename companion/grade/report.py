@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -52,9 +54,13 @@ def summary(report: GradeReport) -> str:
     errors = sum(bool(n.error) for n in report.notebooks)
     if errors:
         parts.append(f"{errors} of the notebooks could not be graded")
+    missing = [n.chapter for n in report.notebooks if n.missing]
+    if missing:
+        parts.append(f"{len(missing)} missing notebook{'s' if len(missing) != 1 else ''} ({', '.join(missing)})")
     verdict = "OK" if report.ok else ("NOTHING GRADED" if report.graded == 0 else "FAILED")
     notebooks = f"{count} notebook{'s' if count != 1 else ''}"
-    return f"Total ({notebooks}, {report.seconds:.1f} s): {', '.join(parts)}: {verdict}"
+    sandbox = f"sandbox: {report.sandbox}\n" if report.sandbox else ""
+    return f"{sandbox}Total ({notebooks}, {report.seconds:.1f} s): {', '.join(parts)}: {verdict}"
 
 
 def table(report: GradeReport) -> str:
@@ -105,10 +111,29 @@ def junit_xml(report: GradeReport) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write a whole file or nothing: a temporary file in the same folder, then renamed over ``path``."""
+    path = Path(path)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
 def write_junit(report: GradeReport, path: str | Path) -> None:
-    junit_xml(report).write(path, encoding="utf-8", xml_declaration=True)
+    root = junit_xml(report).getroot()
+    write_atomic(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
 
 def write_json(report: GradeReport, path: str | Path) -> None:
     data = {"version": JSON_VERSION, **report.to_dict()}
-    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_atomic(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))

@@ -15,7 +15,9 @@ REASONS = {
     "error": "the check could not use the answer",
     "timeout": "the check did not finish in time",
     "crash": "the grading process died while checking",
-    "tampered": "the notebook's code changed the grading code",
+    "shortcut": "the answer reaches the course's or the framework's own implementation of the exercise",
+    "hidden": "an instructor's extra check failed",
+    "missing-notebook": "the chapter's notebook is missing (or was renamed)",
     "unreadable": "the notebook file could not be read",
     "track": "the exercise belongs to a track that was not selected",
 }
@@ -54,6 +56,8 @@ class NotebookResult:
     problems: list[str] = field(default_factory=list)  # warnings: syntax errors, cells that failed to load, ...
     error: str = ""  # set when the notebook could not be graded at all
     seconds: float = 0.0
+    missing: bool = False  # an expected chapter without a notebook: its exercises failed
+    sandbox: str = ""  # "on" or "off": whether the student's code ran under bubblewrap
 
     def count(self, status: str) -> int:
         return sum(result.status == status for result in self.exercises)
@@ -76,6 +80,8 @@ class GradeReport:
 
     notebooks: list[NotebookResult] = field(default_factory=list)
     seconds: float = 0.0
+    sandbox: str = ""  # "on", or "off (why)"
+    expected_chapters: list[str] = field(default_factory=list)
 
     def count(self, status: str) -> int:
         return sum(notebook.count(status) for notebook in self.notebooks)
@@ -96,5 +102,8 @@ class GradeReport:
             "skipped": self.count(SKIPPED),
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
+            "sandbox": self.sandbox,
+            "expected_chapters": list(self.expected_chapters),
+            "missing_chapters": [n.chapter for n in self.notebooks if n.missing],
             "notebooks": [asdict(notebook) for notebook in self.notebooks],
         }

@@ -1,458 +1,127 @@
-"""The grader's parent process: reads notebooks, starts one grading process per notebook and enforces time limits.
+"""Grade notebooks: one contained student process per notebook, the checks in this (trusted) process.
 
-For each notebook the parent reads the code cells (a file that is not UTF-8, not JSON or not a notebook gets a
-clear message and a grade of 0), notes syntax errors, and sends the cells and the exercises to grade to a worker
-process (:mod:`companion.grade.worker`). The worker loads the definitions and runs the checks; the parent gives
-each step (loading one cell, checking one exercise) ``timeout`` seconds. When a step runs out of time or kills
-the worker, that step fails with a message and a fresh worker carries on with the remaining steps, so one endless
-loop costs one exercise, not the notebook.
+For each notebook, :class:`~companion.grade.jobs.Job` reads the code cells; a student process
+(:mod:`companion.grade.launcher`, :mod:`companion.grade.sandbox.child`) loads the imports, functions, classes and
+literal constants of each cell; then each exercise's checker runs *here* on a :class:`~companion.grade.remote.Remote`
+that stands in for the student's function or class. Expected values, oracles and verdicts never exist in the
+student's process, so nothing the student's code does there (reading frames, patching NumPy, forging messages)
+can turn a wrong answer into a pass.
 
-On Linux the workers are forked from a server process that has imported the frameworks once
-(``multiprocessing``'s ``forkserver``); elsewhere each worker is a fresh interpreter (``spawn``).
+Each step (starting, loading one cell, checking one exercise) has a time limit. A step that runs out of time or
+kills the process fails alone: the process and everything it started are ended and a fresh one carries on with
+the remaining steps. Every student process is ended before :func:`grade` returns, so before any report is written.
 """
 
 from __future__ import annotations
 
-import ast
-import json
-import multiprocessing
+import importlib.util
 import os
-import re
-import signal
-import sys
 import time
-import types
-import warnings
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from companion.checks import TRACKS, Exercise, exercises_for, import_errors, registry
-from companion.notebook_code import NotebookError, definition_nodes, read_notebook, transform_magics
+from companion.checks import TRACKS, CheckFailed, Exercise, exercises_for, registry
 
+from .jobs import Job
+from .launcher import DEFAULT_MEMORY, Child, Limits, become_subreaper, sandbox_status
+from .notebooks import collect_notebooks
+from .remote import SandboxLost, Session, StudentError
 from .results import FAILED, PASSED, SKIPPED, ExerciseResult, GradeReport, NotebookResult
+from .shortcuts import find_shortcuts
+
+# Read when TensorFlow is first imported (by a checker, here): quiet logs, exact float32 on CPU and GPU.
+for _name, _value in (("TF_CPP_MIN_LOG_LEVEL", "3"), ("TF_ENABLE_ONEDNN_OPTS", "0"), ("NVIDIA_TF32_OVERRIDE", "0")):
+    os.environ.setdefault(_name, _value)
 
 DEFAULT_TIMEOUT = 60.0
-#: How long a worker may take to import the frameworks and the checks before its first step.
+#: How long a student process may take to import the frameworks before its first step.
 STARTUP_TIMEOUT = 600.0
 #: Characters of printed output kept per step (the rest is counted, not kept).
 DEFAULT_OUTPUT_LIMIT = 4000
-NOTEBOOK_SUFFIXES = (".md", ".ipynb")
-_MAX_MESSAGE_BYTES = 4 * 2**20
-_TAIL_BYTES = 4000
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def clean_text(text: str) -> str:
-    """Text safe for a terminal, JSON and XML: valid UTF-8, no control characters but newlines and tabs."""
-    return _CONTROL.sub("?", text.encode("utf-8", "replace").decode("utf-8"))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Finding and reading notebooks
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def collect_notebooks(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
-    """The notebooks to grade, as (path, named explicitly).
-
-    A folder contributes its ``*.md`` and ``*.ipynb`` files (not recursively). When a folder holds both
-    ``name.md`` and ``name.ipynb``, only the more recently modified one is graded.
-    """
-    found: list[tuple[Path, bool]] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.is_dir():
-            found.append((path, True))
-            continue
-        candidates = sorted(p for p in path.iterdir() if p.suffix in NOTEBOOK_SUFFIXES and p.is_file())
-        by_stem: dict[str, list[Path]] = {}
-        for candidate in candidates:
-            by_stem.setdefault(candidate.stem, []).append(candidate)
-        for stem in sorted(by_stem):
-            versions = by_stem[stem]
-            newest = max(versions, key=lambda p: (p.stat().st_mtime, p.suffix == ".ipynb"))
-            found.append((newest, False))
-    return found
+HIDDEN_FAILED = "hidden check failed"
 
 
 @dataclass
-class _Cell:
-    number: int  # 1-based among the code cells
-    source: str
-    label: str
-    defines: set[str]
-    assigns: set[str]
-    problems: list[str] = field(default_factory=list)
-    empty: bool = False  # no import, function or class: nothing to load
+class Options:
+    timeout: float = DEFAULT_TIMEOUT
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    memory: int = DEFAULT_MEMORY
+    sandbox: bool = True
+    extra: dict[str, list[Callable[[Any], None]]] = field(default_factory=dict)
 
 
-_DEFINES = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.M)
-_NESTED_DEFINES = re.compile(r"^[ \t]+(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.M)
+def load_extra_checks(path: str | Path) -> dict[str, list[Callable[[Any], None]]]:
+    """An instructor's module of extra checks: every function named ``check_<exercise id>``.
 
-
-def _analyse_cell(number: int, source: str) -> _Cell:
-    first = next((line.strip() for line in source.splitlines() if line.strip() and not line.lstrip().startswith("#")),
-                 "")
-    snippet = first if len(first) <= 50 else first[:47] + "..."
-    label = f"code cell {number}" + (f" (`{snippet}`)" if snippet else "")
-    cell = _Cell(number, source, label, set(_DEFINES.findall(source)), set())
-    kept, cell.problems = definition_nodes(source)
-    cell.empty = not kept
-    if cell.problems:
-        return cell
-    tree = ast.parse(source)
-    for node in tree.body:
-        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            cell.assigns |= {t.id for t in targets if isinstance(t, ast.Name)}
-    return cell
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# One notebook
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class _Job:
-    """The state of one notebook's grading, across as many worker processes as timeouts and crashes need."""
-
-    def __init__(self, path: Path, explicit: bool, tracks: tuple[str, ...], timeout: float, output_limit: int):
-        self.path = path
-        self.timeout = timeout
-        self.output_limit = output_limit
-        self.started: float | None = None  # when its first worker started
-        self.result = NotebookResult(path=str(path), chapter=path.stem)
-        self.cells: list[_Cell] = []
-        self.excluded: set[int] = set()
-        self.pending: list[Exercise] = []
-        self.fatal = False
-        items = exercises_for(path.stem)
-        if not path.exists():
-            self.result.error = "no such file or folder"
-            return
-        if not items:
-            known = sorted({e.chapter for e in registry().values()})
-            message = (f"no exercises are registered for chapter {path.stem!r} (the chapter is the file name "
-                       f"without its extension; known chapters: {', '.join(known)})")
-            broken = import_errors()
-            if broken:
-                message += "; check modules that failed to import: " + "; ".join(f"{k}: {v}" for k, v in broken.items())
-            if explicit:
-                self.result.error = message
-            else:
-                self.result.problems.append(f"not graded: {message}")
-            return
-        for item in items:
-            if item.track in tracks:
-                self.pending.append(item)
-            else:
-                self.result.exercises.append(ExerciseResult(
-                    item.id, item.track, item.title, SKIPPED, "track",
-                    f"track `{item.track}` not selected (--track {','.join(tracks)})"))
-        try:
-            sources = [transform_magics(c.source) for c in read_notebook(path).cells if c.cell_type == "code"]
-        except NotebookError as error:
-            self.result.error = f"cannot grade this notebook: {error}"
-            for item in self.pending:
-                self.result.exercises.append(
-                    ExerciseResult(item.id, item.track, item.title, FAILED, "unreadable", self.result.error))
-            self.pending = []
-            return
-        skipped_symbols = {item.symbol for item in items if item.track not in tracks}
-        for number, source in enumerate(sources, start=1):
-            cell = _analyse_cell(number, source)
-            self.cells.append(cell)
-            if cell.problems:
-                self.excluded.add(number)
-                cell.problems = [f"{cell.label}: {problem}; the cell was skipped" for problem in cell.problems]
-                self.result.problems.extend(cell.problems)
-            elif cell.empty or (cell.defines and cell.defines <= skipped_symbols):
-                self.excluded.add(number)  # only answers of tracks not graded: do not import their framework
-
-    @property
-    def done(self) -> bool:
-        return not self.pending
-
-    def frameworks(self) -> list[str]:
-        return [t for t in ("torch", "keras") if any(item.track == t for item in self.pending)]
-
-    def plan(self) -> dict:
-        cells = [c for c in self.cells if c.number not in self.excluded]
-        return {
-            "chapter": self.result.chapter,
-            "path": str(self.path.resolve()),
-            "cwd": str(self.path.resolve().parent),
-            "frameworks": self.frameworks(),
-            "output_limit": self.output_limit,
-            "cells": [{"number": c.number, "source": c.source, "filename": f"<{self.path.name}, {c.label}>"}
-                      for c in cells],
-            "exercises": [{"id": item.id} for item in self.pending],
-        }
-
-    def units(self) -> list[tuple[str, Any]]:
-        cells = [("cell", c.number) for c in self.cells if c.number not in self.excluded]
-        return cells + [("exercise", item.id) for item in self.pending]
-
-    def cell(self, number: int) -> _Cell:
-        return self.cells[number - 1]
-
-    # -- outcomes ---------------------------------------------------------------------------------------------
-
-    def cell_loaded(self, number: int, problems: list[str]) -> None:
-        cell = self.cell(number)
-        messages = [f"{cell.label}: {problem}" for problem in problems]
-        cell.problems.extend(messages)
-        self.result.problems.extend(messages)
-
-    def cell_failed(self, number: int, why: str) -> None:
-        """The cell hung, crashed or tampered: it is left out and the worker restarts without it."""
-        cell = self.cell(number)
-        self.excluded.add(number)
-        message = f"{cell.label}: {why}; the cell was left out"
-        cell.problems.append(message)
-        self.result.problems.append(message)
-
-    def exercise_done(self, message: dict) -> None:
-        if message.get("id") != self.pending[0].id:
-            raise ValueError("results out of order")
-        item = self.pending.pop(0)
-        status = message.get("status") if message.get("status") in (PASSED, FAILED) else FAILED
-        reason = str(message.get("reason", "error"))
-        text = str(message.get("message", ""))
-        if reason == "tampered":
-            changes = "; ".join(str(c) for c in message.get("tampered", []))
-            text = (f"grading refused: while `{item.symbol}` was checked, your code changed the grading code "
-                    f"({changes}). Do not modify numpy, torch, keras or companion.")
-        self._add(item, status, reason, text, float(message.get("seconds", 0.0) or 0.0),
-                  str(message.get("output", "")), int(message.get("output_chars", 0) or 0))
-
-    def exercise_failed(self, reason: str, text: str, seconds: float = 0.0) -> None:
-        item = self.pending.pop(0)
-        self._add(item, FAILED, reason, text, seconds, "", 0)
-
-    def fail_all(self, reason: str, text: str) -> None:
-        while self.pending:
-            self.exercise_failed(reason, text)
-        self.fatal = True
-
-    def _add(self, item: Exercise, status: str, reason: str, text: str, seconds: float, output: str,
-             output_chars: int) -> None:
-        if status == PASSED:
-            text = text or item.title
-        else:
-            text = self._hints(item, reason, text)
-        self.result.exercises.append(ExerciseResult(
-            item.id, item.track, item.title, status, reason, clean_text(text), round(seconds, 4),
-            clean_text(output), output_chars))
-
-    def _hints(self, item: Exercise, reason: str, text: str) -> str:
-        """Point at the cell behind a failure: a syntax error, a failed import, a top-level assignment."""
-        symbol = item.symbol
-        defining = [c for c in self.cells if symbol in c.defines]
-        problems = list(dict.fromkeys(p for cell in defining for p in cell.problems))
-        if reason == "missing" and problems:  # it is there, but its cell could not be loaded
-            return f"`{symbol}` could not be loaded: " + "; ".join(problems)
-        hints = problems
-        if reason == "missing" and not defining:
-            if any(symbol in c.assigns for c in self.cells):
-                hints = [f"`{symbol} = ...` is a top-level statement, which the grader does not run; "
-                         f"define it with `def {symbol}(...)` or `class {symbol}`"]
-            elif any(symbol in _NESTED_DEFINES.findall(c.source) for c in self.cells):
-                hints = [f"`{symbol}` is defined inside another block (an `if`, `try`, `with` or function); "
-                         "define it at the top level of a cell"]
-        return text + (" (" + "; ".join(hints) + ")" if hints else "")
-
-    def finish(self) -> NotebookResult:
-        order = {item.id: index for index, item in enumerate(exercises_for(self.result.chapter))}
-        self.result.exercises.sort(key=lambda r: order.get(r.id, len(order)))
-        if self.started is not None:
-            self.result.seconds = round(time.perf_counter() - self.started, 3)
-        return self.result
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Worker processes
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _context(start_method: str | None, frameworks: set[str]) -> multiprocessing.context.BaseContext:
-    method = start_method or os.environ.get("COMPANION_GRADE_START_METHOD") or (
-        "forkserver" if sys.platform.startswith("linux") else "spawn")
-    context = multiprocessing.get_context(method)
-    if method == "forkserver":
-        # Read by companion.grade.preload when the server starts (the first grading of this process); later
-        # calls reuse the server, and a worker imports whatever the server did not.
-        os.environ["COMPANION_GRADE_PRELOAD"] = ",".join(sorted(frameworks))
-        context.set_forkserver_preload(["companion.grade.preload"])
-    return context
-
-
-@contextmanager
-def _main_module_hidden() -> Iterator[None]:
-    """Start workers without re-running the caller's ``__main__`` (a script, a notebook kernel, pytest).
-
-    ``multiprocessing`` makes spawned and fork-server children import the parent's main module, which runs an
-    unguarded script again in every worker. The worker's code lives in :mod:`companion.grade.worker`, so an empty
-    ``__main__`` is all a worker needs.
+    The module runs here, in the trusted process, and is never copied into the student's process. Its functions
+    take the student's object, like the course's checkers, and fail by raising ``AssertionError``; the report
+    says only "hidden check failed", never the message or an expected value.
     """
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"companion_extra_checks_{abs(hash(str(path)))}", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ValueError(f"extra checks: cannot load {path} (expected a Python file)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    known = registry()
+    found: dict[str, list[Callable[[Any], None]]] = {}
+    for name, value in vars(module).items():
+        if name.startswith("check_") and callable(value):
+            exercise_id = name[len("check_"):]
+            if exercise_id not in known:
+                raise ValueError(f"extra checks: {path} has {name}, but there is no exercise {exercise_id!r}")
+            found.setdefault(exercise_id, []).append(value)
+    if not found:
+        raise ValueError(f"extra checks: {path} defines no function named check_<exercise id>")
+    return found
+
+
+def expected_chapters(chapters: Iterable[str] | None) -> list[str]:
+    """The registered chapters, or those named (``01`` or ``01_text_as_numbers``) in ``chapters``."""
+    known = sorted({e.chapter for e in registry().values()})
+    if chapters is None:
+        return known
+    chosen = []
+    for raw in chapters:
+        match = [c for c in known if c == raw or c.split("_")[0] == raw]
+        if not match:
+            raise ValueError(f"chapters: no chapter {raw!r}; known: {', '.join(known)}")
+        chosen += match
+    return list(dict.fromkeys(chosen))
+
+
+def _import_quietly(module: str) -> None:
+    """Import a framework for the checkers with its start-up messages (written to fd 2 by C++) silenced."""
+    import importlib
+
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
     try:
-        yield
+        importlib.import_module(module)
+    except ImportError:
+        pass
     finally:
-        if main is not None:
-            sys.modules["__main__"] = main
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
-class _Process:
-    """One worker process, the steps it still has to report, and its capped output."""
-
-    def __init__(self, job: _Job, context: multiprocessing.context.BaseContext):
-        from . import worker
-
-        self.job = job
-        self.units = job.units()
-        receive, send = context.Pipe(duplex=False)
-        out_receive, out_send = context.Pipe(duplex=False) if os.name == "posix" else (None, None)
-        self.channel = receive
-        self.output = out_receive
-        self.tail = b""
-        self.output_bytes = 0
-        self.process = context.Process(target=worker.main, args=(job.plan(), send, out_send), daemon=True,
-                                       name=f"grade {job.path.name}")
-        with warnings.catch_warnings(), _main_module_hidden():
-            warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+ warns about fork with threads
-            self.process.start()
-        send.close()
-        if out_send is not None:
-            out_send.close()
-        self.ready = False
-        self.deadline = time.monotonic() + STARTUP_TIMEOUT
-
-    def handles(self) -> list[Any]:
-        handles = [self.channel, self.process.sentinel]
-        if self.output is not None:
-            handles.append(self.output)
-        return handles
-
-    def drain_output(self) -> None:
-        """Read what the process wrote to its stdout and stderr, keeping only the last few kilobytes."""
-        if self.output is None:
-            return
-        for _ in range(64):  # at most 4 MB per call, so a flood cannot keep the parent from its time limits
-            if not self.output.poll(0):
-                return
-            try:
-                data = os.read(self.output.fileno(), 1 << 16)
-            except OSError:
-                data = b""
-            if not data:
-                self.output.close()
-                self.output = None
-                return
-            self.output_bytes += len(data)
-            self.tail = (self.tail + data)[-_TAIL_BYTES:]
-
-    def tail_text(self) -> str:
-        text = self.tail.decode("utf-8", "replace").strip()
-        return f"; its last output: {text[-1000:]}" if text else ""
-
-    def kill(self) -> None:
-        pid = self.process.pid
-        if pid is not None and hasattr(os, "killpg"):
-            try:
-                if os.getpgid(pid) == pid:  # the worker's own process group: also ends what it started
-                    os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(10)
-        self.close()
-
-    def close(self) -> None:
-        for handle in (self.channel, self.output):
-            if handle is not None:
-                try:
-                    handle.close()
-                except OSError:
-                    pass
-        self.output = None
-
-    def exit_description(self) -> str:
-        self.process.join(5)
-        code = self.process.exitcode
-        if code is None:
-            return "it stopped answering"
-        if code < 0:
-            try:
-                return f"killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit code {code}"
-
-
-def _handle_message(proc: _Process, message: dict) -> bool:
-    """Apply one message from a worker; return False when the worker must be replaced."""
-    job = proc.job
-    event = message.get("event")
-    if event == "ready" and not proc.ready:
-        proc.ready = True
-        if job.started is None:
-            job.started = time.perf_counter()
-        return True
-    if event == "fatal":
-        job.fail_all("error", "the grader failed: " + str(message.get("message", ""))[-2000:])
-        return False
-    if not proc.ready or not proc.units:
-        raise ValueError(f"unexpected message {event!r}")
-    kind, key = proc.units[0]
-    if event == "cell" and kind == "cell" and message.get("number") == key:
-        proc.units.pop(0)
-        if message.get("tampered"):
-            changes = "; ".join(str(c) for c in message["tampered"])
-            job.cell_failed(key, f"loading its definitions changed the grading code ({changes})")
-            return False
-        job.cell_loaded(key, [str(p) for p in message.get("problems", [])])
-        return True
-    if event == "result" and kind == "exercise" and message.get("id") == key:
-        proc.units.pop(0)
-        job.exercise_done(message)
-        return message.get("reason") != "tampered"
-    if event == "done" and not proc.units:
-        return True
-    raise ValueError(f"unexpected message {event!r}")
-
-
-def _step_failed(proc: _Process, why: str, timed_out: bool) -> None:
-    """The current step of ``proc`` hung or died: fail it and let a fresh worker carry on."""
-    job = proc.job
-    if not proc.ready:
-        job.fail_all("error", f"the grading process could not start ({why}){proc.tail_text()}")
-        return
-    if not proc.units:
-        return
-    kind, key = proc.units[0]
-    limit = f"{job.timeout:g} s"
-    if kind == "cell":
-        if timed_out:
-            job.cell_failed(key, f"loading its definitions did not finish within {limit} (an endless loop in a "
-                                 "class body, a default argument, a decorator or an import?)")
+def _missing_notebook(folder: Path | None, chapter: str, tracks: tuple[str, ...]) -> NotebookResult:
+    where = f"{folder}/{chapter}.md" if folder is not None else f"{chapter}.md"
+    message = (f"missing work: no notebook `{chapter}.md` or `{chapter}.ipynb` was found (a renamed notebook "
+               "counts as missing); every exercise of the chapter gets zero")
+    result = NotebookResult(path=where, chapter=chapter, error=message, missing=True)
+    for item in exercises_for(chapter):
+        if item.track in tracks:
+            result.exercises.append(ExerciseResult(item.id, item.track, item.title, FAILED, "missing-notebook",
+                                                   message))
         else:
-            job.cell_failed(key, f"the grading process died while loading its definitions ({why})")
-        return
-    symbol = job.pending[0].symbol
-    if timed_out:
-        job.exercise_failed("timeout", f"the check did not finish within {limit}: is there an endless loop in "
-                                       f"`{symbol}`, or is it far too slow? (the check uses small inputs)",
-                            job.timeout)
-    else:
-        job.exercise_failed("crash", f"the grading process died while `{symbol}` was checked ({why}): does "
-                                     f"your code call sys.exit/os._exit or crash the interpreter?{proc.tail_text()}")
+            result.exercises.append(ExerciseResult(item.id, item.track, item.title, SKIPPED, "track",
+                                                   f"track `{item.track}` not selected"))
+    return result
 
 
 def grade(
@@ -461,8 +130,11 @@ def grade(
     tracks: Iterable[str] | None = None,
     jobs: int = 1,
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
-    start_method: str | None = None,
     on_notebook: Callable[[int, NotebookResult], None] | None = None,
+    chapters: Iterable[str] | None = None,
+    memory: int = DEFAULT_MEMORY,
+    extra_checks: str | Path | None = None,
+    sandbox: str = "auto",
 ) -> GradeReport:
     """Grade notebooks (files or folders of ``.md``/``.ipynb``); see :mod:`companion.grade`.
 
@@ -472,100 +144,235 @@ def grade(
         tracks: the tracks to grade (``numpy`` is always graded); None for all.
         jobs: notebooks graded at the same time.
         output_limit: characters of printed output kept per exercise.
-        start_method: ``forkserver`` or ``spawn`` (default: forkserver on Linux, spawn elsewhere).
         on_notebook: called with (index, result) as each notebook finishes.
+        chapters: the chapters expected (``["01", "02"]``); None: every registered chapter when a folder is
+            graded, the chapters of the named files otherwise. An expected chapter without a notebook is
+            missing work: its exercises fail.
+        memory: address-space limit of each student process, in bytes.
+        extra_checks: an instructor's module of extra checks (:func:`load_extra_checks`).
+        sandbox: ``auto`` (bubblewrap where it works), ``on`` (required) or ``off``.
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds; got {timeout}")
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1; got {jobs}")
+    if sandbox not in ("auto", "on", "off"):
+        raise ValueError(f"sandbox must be auto, on or off; got {sandbox!r}")
     selected = tuple(dict.fromkeys(["numpy", *(TRACKS if tracks is None else tracks)]))
     unknown = [t for t in selected if t not in TRACKS]
     if unknown:
         raise ValueError(f"tracks must be among {', '.join(TRACKS)}; got {', '.join(unknown)}")
     start = time.perf_counter()
-    # Read by the worker processes when they start: quiet TensorFlow, exact float32 on CPU (no oneDNN
-    # reordering) and on NVIDIA GPUs (no TF32 matmuls), the same hashing in every run.
-    for name, value in (("TF_CPP_MIN_LOG_LEVEL", "3"), ("TF_ENABLE_ONEDNN_OPTS", "0"),
-                        ("NVIDIA_TF32_OVERRIDE", "0"), ("PYTHONHASHSEED", "0")):
-        os.environ.setdefault(name, value)
+    paths = [Path(p) for p in paths]
+    expected = expected_chapters(chapters)
+    usable, why = sandbox_status() if sandbox != "off" else (False, "switched off (--sandbox off)")
+    if sandbox == "on" and not usable:
+        raise RuntimeError(f"the sandbox is required (--sandbox on) but cannot start: {why}")
+    options = Options(timeout, output_limit, memory, usable,
+                      load_extra_checks(extra_checks) if extra_checks else {})
+    become_subreaper()
+    if "keras" in selected:
+        _import_quietly("keras")
 
-    notebooks = [_Job(path, explicit, selected, timeout, output_limit) for path, explicit in collect_notebooks(paths)]
+    found = collect_notebooks(paths)
+    if chapters is not None:
+        found = [(path, explicit) for path, explicit in found if path.stem in expected]
+    present = {path.stem for path, _ in found}
+    folders = [p for p in paths if p.is_dir()]
+    if chapters is not None or folders:
+        missing = [c for c in expected if c not in present]
+    else:
+        missing = []
+    notebooks = [Job(path, explicit, selected) for path, explicit in found]
     results: list[NotebookResult | None] = [None] * len(notebooks)
-    waiting = [index for index, job in enumerate(notebooks)]
-    context = _context(start_method, {f for job in notebooks for f in job.frameworks()})
-    running: list[tuple[int, _Process]] = []
 
-    def finish(index: int) -> None:
-        results[index] = notebooks[index].finish()
+    def run(index: int, session: Session | None = None) -> None:
+        job = notebooks[index]
+        if not job.done:
+            _grade_job(job, options, session)
+        elif session is not None:
+            session.close()
+        result = job.finish()
+        result.sandbox = "on" if options.sandbox else "off"
+        results[index] = result
+
+    def launch(index: int) -> Session | None:
+        job = notebooks[index]
+        if job.done:
+            return None
+        try:
+            return _launch(job, options)
+        except OSError:
+            return None  # _grade_job tries again and reports the error
+
+    if jobs == 1 or len(notebooks) <= 1:
+        # One notebook at a time, the next one's process starting (importing the frameworks) meanwhile.
+        upcoming = launch(0) if notebooks else None
+        try:
+            for index in range(len(notebooks)):
+                current, upcoming = upcoming, (launch(index + 1) if index + 1 < len(notebooks) else None)
+                run(index, current)
+                if on_notebook is not None:
+                    on_notebook(index, results[index])  # type: ignore[arg-type]
+        finally:
+            if upcoming is not None:
+                upcoming.close()
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(run, index) for index in range(len(notebooks))]
+            for index, future in enumerate(futures):
+                future.result()
+                if on_notebook is not None:
+                    on_notebook(index, results[index])  # type: ignore[arg-type]
+    finished = [r for r in results if r is not None]
+    folder = folders[0] if len(folders) == 1 else None
+    for position, chapter in enumerate(missing):
+        result = _missing_notebook(folder, chapter, selected)
+        result.sandbox = "on" if options.sandbox else "off"
+        finished.append(result)
         if on_notebook is not None:
-            on_notebook(index, results[index])
+            on_notebook(len(notebooks) + position, result)
+    sandbox_text = "on" if options.sandbox else f"off ({why})"
+    return GradeReport(finished, round(time.perf_counter() - start, 3), sandbox=sandbox_text,
+                       expected_chapters=expected if (chapters is not None or folders) else
+                       sorted({p.stem for p, _ in found}))
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# One notebook
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _limits(job: Job, options: Options) -> Limits:
+    steps = len(job.loadable()) + len(job.pending) + 2
+    return Limits(memory=options.memory, cpu_seconds=int(STARTUP_TIMEOUT + options.timeout * steps))
+
+
+def _launch(job: Job, options: Options) -> Session:
+    """Start a student process for ``job`` and send it ``hello``; its reply is read by :func:`_grade_job`."""
+    child = Child(job.path, _limits(job, options), options.sandbox)
+    session = Session(child, options.output_limit)
+    tripwires = sorted({name for item in job.pending for name in item.shortcuts})
     try:
-        while waiting or running:
-            while waiting and len(running) < jobs:
-                index = waiting.pop(0)
-                job = notebooks[index]
-                if job.done or job.fatal:
-                    finish(index)
-                    continue
-                try:
-                    running.append((index, _Process(job, context)))
-                except Exception as error:  # e.g. no more processes, or the fork server died
-                    job.fail_all("error", f"the grader could not start a worker process: {error}")
-                    finish(index)
-            if not running:
-                continue
-            now = time.monotonic()
-            wait([h for _, proc in running for h in proc.handles()],
-                 timeout=max(0.0, min(proc.deadline for _, proc in running) - now))
-            for index, proc in list(running):
-                replace = _poll(proc)
-                if replace is None:
-                    continue
-                running.remove((index, proc))
-                proc.kill()
-                if not proc.job.done and not proc.job.fatal:
-                    waiting.insert(0, index)  # a fresh worker goes on where this one stopped
-                else:
-                    finish(index)
-    finally:
-        for _, proc in running:
-            proc.kill()
-    report = GradeReport([r for r in results if r is not None], round(time.perf_counter() - start, 3))
-    return report
+        session.send({"op": "hello", "frameworks": job.frameworks(), "tripwires": tripwires,
+                      "cwd": "/sandbox/notebook" if options.sandbox else str(job.path.resolve().parent),
+                      "cell_marker": f"<{job.path.name}", "output_limit": options.output_limit})
+    except SandboxLost:
+        pass  # read as a failed start by _grade_job
+    return session
 
 
-def _poll(proc: _Process) -> bool | None:
-    """Handle what ``proc`` reported; return None while it keeps working, True/False when it is finished."""
-    proc.drain_output()
-    try:
-        while proc.channel.poll(0):
+def _grade_job(job: Job, options: Options, session: Session | None = None) -> None:
+    """Start student processes until every exercise of ``job`` has a verdict (one more after each lost step)."""
+    for _ in range(len(job.cells) + len(job.pending) + 2):
+        if job.done or job.fatal:
+            break
+        if session is None:
             try:
-                data = proc.channel.recv_bytes(_MAX_MESSAGE_BYTES)
-            except EOFError:  # the worker is gone (or closed its end)
-                proc.drain_output()
-                _step_failed(proc, proc.exit_description(), False)
-                return False
-            except OSError as error:  # e.g. a message longer than any the grader sends
-                raise ValueError(str(error)) from None
-            message = json.loads(data)
-            if not isinstance(message, dict):
-                raise ValueError("a message that is not an object")
-            if not _handle_message(proc, message):
-                return False
-            if message.get("event") == "done":
-                return True
-            proc.deadline = time.monotonic() + proc.job.timeout
-    except (ValueError, TypeError, KeyError, AttributeError):
-        # A message the grader did not send: the student's code wrote to the grader's pipe.
-        _step_failed(proc, "it sent a message out of turn: did the code write to the grader's pipe?", False)
-        return False
-    if not proc.process.is_alive() and not proc.channel.poll(0):  # died, with a child still holding the pipe
-        proc.drain_output()
-        _step_failed(proc, proc.exit_description(), False)
-        return False
-    if time.monotonic() >= proc.deadline:
-        _step_failed(proc, "time limit", True)
-        return False
-    return None
+                session = _launch(job, options)
+            except OSError as error:  # e.g. no more processes
+                job.fail_all("error", f"the grader could not start the student's process: {error}")
+                break
+        step: tuple[str, Any] = ("start", None)
+        try:
+            session.start_step(STARTUP_TIMEOUT)
+            reply, _ = session._wait()
+            if not reply.get("ready"):
+                raise SandboxLost("protocol", "it did not start")
+            if job.started is None:
+                job.started = time.perf_counter()
+            for cell in job.loadable():
+                step = ("cell", cell.number)
+                session.start_step(options.timeout)
+                reply, _ = session.raw("cell", source=cell.source, nodes=cell.nodes,
+                                       filename=f"<{job.path.name}, {cell.label}>")
+                problems = reply.get("problems", [])
+                job.cell_loaded(cell.number, [str(p) for p in problems] if isinstance(problems, list) else [])
+            while job.pending:
+                step = ("exercise", job.pending[0])
+                _check(session, job, job.pending[0], options)
+        except SandboxLost as lost:
+            _step_lost(job, step, lost, session.child, options)
+        finally:
+            session.close()
+            session = None
+    if session is not None:
+        session.close()
+
+
+def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Child, options: Options) -> None:
+    kind, key = step
+    tail = child.tail_text()
+    tail = f"; its last output: {tail}" if tail else ""
+    limit = f"{options.timeout:g} s"
+    why = lost.detail if lost.reason != "protocol" else f"it broke the grader's protocol ({lost.detail})"
+    if kind == "start":
+        job.fail_all("error", f"the student's process could not start ({why}){tail}")
+    elif kind == "cell":
+        if lost.reason == "timeout":
+            job.cell_failed(key, f"loading its definitions did not finish within {limit} (an endless loop in a "
+                                 "class body, a default argument, a decorator or an import?)")
+        else:
+            job.cell_failed(key, f"the student's process died while loading its definitions ({why}){tail}")
+    else:
+        symbol = key.symbol
+        if lost.reason == "timeout":
+            job.exercise_failed("timeout", f"the check did not finish within {limit}: is there an endless loop in "
+                                           f"`{symbol}`, or is it far too slow? (the check uses small inputs)",
+                                options.timeout)
+        elif lost.reason == "protocol":
+            job.exercise_failed("crash", f"the student's process {why} while `{symbol}` was checked")
+        else:
+            job.exercise_failed("crash", f"the student's process died while `{symbol}` was checked ({why}): does "
+                                         f"your code call sys.exit/os._exit, run out of memory or crash the "
+                                         f"interpreter?{tail}")
+
+
+def _check(session: Session, job: Job, item: Exercise, options: Options) -> None:
+    session.start_step(options.timeout)
+    session.raw("arm", names=list(item.shortcuts))
+    reply, data = session.raw("lookup", name=item.symbol)
+    if reply.get("missing"):
+        job.exercise_failed("missing", f"define `{item.symbol}`: the notebook has no function or class of that name")
+        return
+    answer = session.value(reply, data)
+    found = find_shortcuts([c for c in job.loadable()], item.symbol, tuple(item.shortcuts))
+    if found:
+        job.exercise_failed("shortcut", f"`{item.symbol}` reaches {', '.join(found)}: this exercise asks you to "
+                                        "write it yourself")
+        return
+    start = time.perf_counter()
+    reason, message = _run_checker(item.checker, answer)
+    if session.shortcuts:
+        names = ", ".join(f"`{name}`" for name in dict.fromkeys(session.shortcuts))
+        reason, message = "shortcut", f"`{item.symbol}` called {names}: this exercise asks you to write it yourself"
+    if reason == "ok":
+        for extra in options.extra.get(item.id, []):
+            extra_reason, _ = _run_checker(extra, answer)
+            if extra_reason != "ok":
+                reason, message = "hidden", HIDDEN_FAILED + (
+                    "" if extra_reason == "wrong" else f" (the answer {extra_reason.replace('-', ' ')})")
+                break
+    job.exercise_done(PASSED if reason == "ok" else FAILED, reason, message, time.perf_counter() - start,
+                      session.output_text(), session.output_chars)
+
+
+def _run_checker(checker: Callable[[Any], None], answer: Any) -> tuple[str, str]:
+    try:
+        checker(answer)
+        return "ok", ""
+    except CheckFailed as failure:
+        return "wrong", _cut(str(failure))
+    except NotImplementedError:
+        return "not-implemented", "not implemented yet (replace the `raise NotImplementedError`)"
+    except StudentError as error:  # raised by the student's code outside the checker's call()
+        where = f" (at {error.where})" if error.where else ""
+        return "error", f"your code raised {type(error).__name__}: {error}{where}"
+    except AssertionError as failure:
+        return "wrong", _cut(str(failure)) or "the check failed"
+    except Exception as error:  # the checker tripped over the answer, e.g. a list where a tensor was expected
+        return "error", f"the check could not use your answer: {type(error).__name__}: {_cut(str(error), 1000)}"
+
+
+def _cut(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else text[: limit - 20] + f" ... ({len(text)} characters)"

@@ -1,0 +1,112 @@
+"""Find, in the notebook's source, answers that reach a forbidden implementation (read as text, never run).
+
+An exercise declares the calls that answer it in one go (``shortcuts=`` of :func:`companion.checks.exercise`,
+e.g. ``torch.nn.functional.scaled_dot_product_attention`` for attention). The answer's function or class, and
+every function, class and import of the notebook it refers to (its helpers, transitively), are searched for
+
+- an import of the course's own package (``companion``) other than ``companion.checks.check``;
+- a name, attribute or string equal to the last part of a forbidden call (``scaled_dot_product_attention``),
+  which also catches ``getattr(F, "scaled_dot_product_attention")``.
+
+Inside the sandbox the same calls are tripwires that raise when the exercise is checked (see
+:mod:`companion.grade.sandbox.child`), and the course's package is not there at all.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .notebooks import Cell
+
+ALLOWED_COMPANION = {"companion.checks.check", "companion.checks"}
+
+
+def _bindings(cells: list[Cell]) -> tuple[dict[str, ast.AST], dict[str, str]]:
+    definitions: dict[str, ast.AST] = {}
+    imports: dict[str, str] = {}
+    for cell in cells:
+        if cell.problems or not cell.nodes:
+            continue
+        tree = ast.parse(cell.source)
+        for index in cell.nodes:
+            node = tree.body[index]
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                definitions[node.name] = node
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    imports[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else \
+                        alias.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        definitions[target.id] = node
+    return definitions, imports
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def find_shortcuts(cells: list[Cell], symbol: str, forbidden: tuple[str, ...]) -> list[str]:
+    """The forbidden calls that ``symbol`` reaches, directly or through the notebook's helpers, as written."""
+    definitions, imports = _bindings(cells)
+    if symbol not in definitions:
+        return []
+    leaves = {name.rpartition(".")[2]: name for name in forbidden}
+    found: list[str] = []
+    seen: set[str] = set()
+    queue = [symbol]
+    while queue:
+        name = queue.pop()
+        if name in seen or name not in definitions:
+            continue
+        seen.add(name)
+        for node in ast.walk(definitions[name]):
+            if isinstance(node, ast.Import | ast.ImportFrom):  # an import inside a function
+                module = node.module if isinstance(node, ast.ImportFrom) else None
+                for alias in node.names:
+                    full = f"{module}.{alias.name}" if module else alias.name
+                    if _is_companion(full):
+                        found.append(f"`{full}` (the course's own implementation)")
+                    if alias.name.rpartition(".")[2] in leaves:
+                        found.append(f"`{leaves[alias.name.rpartition('.')[2]]}`")
+            dotted = None
+            if isinstance(node, ast.Attribute):
+                dotted = _dotted(node)
+                if node.attr in leaves:
+                    found.append(f"`{leaves[node.attr]}`")
+            elif isinstance(node, ast.Name):
+                dotted = node.id
+                if node.id in leaves and node.id not in definitions:
+                    found.append(f"`{leaves[node.id]}`")
+                queue.append(node.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value in leaves:
+                    found.append(f"`{leaves[node.value]}`")
+                elif node.value.startswith("companion.") and _is_companion(node.value):
+                    found.append(f"`{node.value}` (the course's own implementation)")
+            if dotted:
+                head, _, rest = dotted.partition(".")
+                if head in imports:
+                    full = imports[head] + ("." + rest if rest else "")
+                    if _is_companion(full):
+                        found.append(f"`{full}` (the course's own implementation)")
+                    if full in forbidden:
+                        found.append(f"`{full}`")
+    return list(dict.fromkeys(found))
+
+
+def _is_companion(full: str) -> bool:
+    if not (full == "companion" or full.startswith("companion.")):
+        return False
+    return full not in ALLOWED_COMPANION
