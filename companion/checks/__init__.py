@@ -187,10 +187,17 @@ def to_numpy(value: Any) -> np.ndarray:
             value = value.numpy()
         array = np.array(value, copy=True, subok=False)
     except Exception as error:
-        raise CheckFailed(f"expected an array or tensor; got {type(value).__name__} ({error})") from None
+        raise CheckFailed(f"expected an array or tensor; got {type_name(value)} ({error})") from None
     if array.dtype.kind in "OV":
-        raise CheckFailed(f"expected an array of numbers; got {type(value).__name__} holding Python objects")
+        raise CheckFailed(f"expected an array of numbers; got {type_name(value)} holding Python objects")
     return array
+
+
+def type_name(value: Any) -> str:
+    """The name of a value's type; for an object of the student's process (a grader proxy), its own type."""
+    if type(value).__name__ == "Remote":
+        return str(getattr(value, "__name__", "object"))
+    return type(value).__name__
 
 
 def expect_shape(actual: np.ndarray, shape: tuple, what: str) -> None:
@@ -271,7 +278,7 @@ def _normalise(value: Any, strict: bool = False) -> Any:
     if hasattr(value, "tolist") or hasattr(value, "detach"):
         return _normalise(to_numpy(value).tolist(), strict)
     if strict:
-        raise CheckFailed(f"expected plain values (numbers, strings, lists, dicts, arrays); got {type(value).__name__}")
+        raise CheckFailed(f"expected plain values (numbers, strings, lists, dicts, arrays); got {type_name(value)}")
     return value
 
 

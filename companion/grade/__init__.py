@@ -26,9 +26,9 @@ How a notebook is graded (the threat model is in ``book/grading.md``):
    process has ended.
 """
 
+from .notebooks import collect_notebooks
 from .report import junit_xml, table, write_json, write_junit
 from .results import FAILED, PASSED, SKIPPED, ExerciseResult, GradeReport, NotebookResult
-from .notebooks import collect_notebooks
 from .runner import DEFAULT_TIMEOUT, grade
 
 __all__ = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -125,6 +126,10 @@ class Job:
         if reason == "missing" and problems:  # it is there, but its cell could not be loaded
             return f"`{symbol}` could not be loaded: " + "; ".join(problems)
         hints = problems
+        importing = re.compile(rf"^\s*(from\s+\S+\s+)?import\b[^\n]*\b{re.escape(symbol)}\b", re.M)
+        imported = [c for c in self.cells if c.problems and importing.search(c.source)]
+        if reason == "missing" and not defining and imported:
+            return f"`{symbol}` could not be imported: " + "; ".join(p for c in imported for p in c.problems)
         if reason == "missing" and not defining:
             if any(symbol in c.assigns for c in self.cells):
                 hints = [f"`{symbol} = ...` is a top-level statement, which the grader does not run; "

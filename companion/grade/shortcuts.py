@@ -60,6 +60,11 @@ def _dotted(node: ast.AST) -> str | None:
 def find_shortcuts(cells: list[Cell], symbol: str, forbidden: tuple[str, ...]) -> list[str]:
     """The forbidden calls that ``symbol`` reaches, directly or through the notebook's helpers, as written."""
     definitions, imports = _bindings(cells)
+    if symbol in imports and symbol not in definitions:  # the answer is imported, e.g. from companion.text
+        full = imports[symbol]
+        forbidden_import = _is_companion(full) or full in forbidden
+        return [f"`{full}`" + (" (the course's own implementation)" if _is_companion(full) else "")] \
+            if forbidden_import else []
     if symbol not in definitions:
         return []
     leaves = {name.rpartition(".")[2]: name for name in forbidden}

@@ -375,6 +375,10 @@ def _stand_in_companion() -> None:
     checks.__path__ = []
     package.checks = checks
     sys.modules["companion"], sys.modules["companion.checks"] = package, checks
+    for name in [n for n in sys.modules if n.startswith("companion.") and n != "companion.checks"]:
+        del sys.modules[name]
+    # An editable install finds `companion.*` whatever the package's __path__ says: drop such finders.
+    sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, "__module__", "")).startswith("__editable__")]
 
 
 def main(argv: list[str] | None = None) -> None:
