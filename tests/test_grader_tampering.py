@@ -19,7 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from companion.grade import FAILED, grade
 from companion.grade.launcher import sandbox_status
+from companion.grade.notebooks import read_cells
+from companion.grade.shortcuts import find_shortcuts
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "grader_fixtures"
@@ -115,3 +118,35 @@ def test_every_tampering_attempt_fails(tampered, case):
 def test_the_catalogue_covers_every_case():
     assert set(CASES) == set(EXPECTED), "a tampering fixture without expectations"
     assert len(CASES) >= 9
+
+
+def test_one_call_shortcuts_fail_with_the_call_named():
+    """Directly, through a helper, and through a name built at run time (the tripwire in the student's process)."""
+    report = grade([FIXTURES / "shortcut_attention"], chapters=["02"], timeout=60)
+    results = {r.id: r for r in report.notebooks[0].exercises}
+    expected = {
+        "attention_torch": "reaches `torch.nn.functional.scaled_dot_product_attention`",
+        "attention_keras": "called `keras.ops.dot_product_attention`",
+        "SelfAttention_torch": "reaches `torch.nn.MultiheadAttention`",
+        "SelfAttention_keras": "reaches `keras.layers.",
+    }
+    for exercise_id, words in expected.items():
+        result = results[exercise_id]
+        assert (result.status, result.reason) == (FAILED, "shortcut"), result
+        assert words in result.message and "write it yourself" in result.message, result.message
+
+
+def test_the_source_scan_follows_helpers_and_imports(tmp_path):
+    notebook = tmp_path / "02_attention.md"
+    notebook.write_text(
+        "```{code-cell} ipython3\nfrom torch import nn\nimport companion.torch as mine\n"
+        "from companion.checks import check\n\n\ndef helper(x):\n    return mine.scaled_dot_product_attention(x)\n\n\n"
+        "def uses_helper(x):\n    return helper(x)\n\n\ndef own(x, embedding=None):\n    check('own', x)\n"
+        "    self_embedding = x.embedding\n    return x\n\n\nclass Layer(nn.Module):\n"
+        "    def __init__(self):\n        self.mha = nn.MultiheadAttention(4, 1)\n```\n", encoding="utf-8")
+    cells = read_cells(notebook)
+    forbidden = ("torch.nn.MultiheadAttention", "torch.nn.functional.embedding")
+    found = find_shortcuts(cells, "uses_helper", forbidden)
+    assert found and all("`companion.torch" in f and "course's own implementation" in f for f in found), found
+    assert find_shortcuts(cells, "own", forbidden) == []  # a variable or attribute named like a call is fine
+    assert find_shortcuts(cells, "Layer", forbidden) == ["`torch.nn.MultiheadAttention`"]

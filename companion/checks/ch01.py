@@ -6,6 +6,7 @@ import numpy as np
 
 from companion import text
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks.tracks import EMBEDDING_SHORTCUTS
 
 CHAPTER = "01_text_as_numbers"
 
@@ -119,14 +120,16 @@ def _check_embedding(embed, to_framework, name: str) -> None:
         )
 
 
-@exercise(CHAPTER, "embed_torch", "embedding as one-hot @ table, times sqrt(d_model), in PyTorch", track="torch")
+@exercise(CHAPTER, "embed_torch", "embedding as one-hot @ table, times sqrt(d_model), in PyTorch", track="torch",
+          shortcuts=EMBEDDING_SHORTCUTS)
 def check_embed_torch(embed_torch) -> None:
     import torch
 
     _check_embedding(embed_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "embed_torch")
 
 
-@exercise(CHAPTER, "embed_keras", "embedding as one-hot @ table, times sqrt(d_model), in Keras", track="keras")
+@exercise(CHAPTER, "embed_keras", "embedding as one-hot @ table, times sqrt(d_model), in Keras", track="keras",
+          shortcuts=EMBEDDING_SHORTCUTS)
 def check_embed_keras(embed_keras) -> None:
     from keras import ops
 

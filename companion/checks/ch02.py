@@ -1,63 +1,29 @@
 """Checks for chapter 2, "Attention".
 
-Also holds the small helpers that the checks of chapters 3 and 4 share (framework conversion, reading a pair of
-results, the seeded cases).
+Holds the variants of attention that chapters 3 and 4 reuse; the track helpers live in
+:mod:`companion.checks.tracks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from companion import reference
-from companion.checks import CheckFailed, call, exercise, expect_close, rng, to_numpy
+from companion.checks import CheckFailed, call, exercise, expect_close, rng
 
 CHAPTER = "02_attention"
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Helpers shared with ch03 and ch04
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def to_torch(*arrays: np.ndarray) -> tuple:
-    """NumPy arrays -> torch tensors (bool stays bool, floats keep their precision)."""
-    import torch
-
-    return tuple(torch.as_tensor(np.ascontiguousarray(a)) for a in arrays)
-
-
-def to_keras(*arrays: np.ndarray) -> tuple:
-    """NumPy arrays -> tensors of the active Keras backend."""
-    from keras import ops
-
-    return tuple(ops.convert_to_tensor(a) for a in arrays)
-
-
-def converter(track: str) -> Callable[..., tuple]:
-    """The input converter of a track: ``to_torch``, ``to_keras`` or the identity for NumPy."""
-    return {"torch": to_torch, "keras": to_keras, "numpy": lambda *a: a}[track]
-
-
-def tolerance(track: str) -> dict[str, float]:
-    """atol/rtol for comparing a float32 answer with the float64 oracle.
-
-    Keras computes on TensorFlow's default device: on a recent NVIDIA GPU its float32 matrix products use TF32
-    (about 3 significant digits), so the Keras track gets a looser tolerance; every mistake the checks name changes
-    the result by far more. The torch checks build their tensors on the CPU.
-    """
-    return {"atol": 2e-3, "rtol": 2e-3} if track == "keras" else {"atol": 1e-5, "rtol": 1e-4}
-
-
-def output_pair(
-    result: Any, name: str, first: str = "output", second: str = "weights"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Read the ``(first, second)`` pair a student's function returns, as NumPy arrays."""
-    if not isinstance(result, tuple | list) or len(result) != 2:
-        raise CheckFailed(f"{name} should return a pair ({first}, {second}); got {type(result).__name__}")
-    return to_numpy(result[0]), to_numpy(result[1])
+from companion.checks.tracks import (  # noqa: E402, F401 - one home for the helpers; re-exported for old imports
+    ATTENTION_SHORTCUTS,
+    converter,
+    output_pair,
+    to_keras,
+    to_torch,
+    tolerance,
+)
 
 
 def softmax_axis(scores: np.ndarray, axis: int) -> np.ndarray:
@@ -172,12 +138,14 @@ def _check_attention(attention, track: str, name: str) -> None:
         check_attention_pair(answer, variants, f"{name}(q {q.shape}, k {k.shape}, v {v.shape})", **tolerance(track))
 
 
-@exercise(CHAPTER, "attention_torch", "softmax(q k^T / sqrt(d_k)) v with its weights, in PyTorch", track="torch")
+@exercise(CHAPTER, "attention_torch", "softmax(q k^T / sqrt(d_k)) v with its weights, in PyTorch", track="torch",
+          shortcuts=ATTENTION_SHORTCUTS)
 def check_attention_torch(attention_torch) -> None:
     _check_attention(attention_torch, "torch", "attention_torch")
 
 
-@exercise(CHAPTER, "attention_keras", "softmax(q k^T / sqrt(d_k)) v with its weights, in Keras", track="keras")
+@exercise(CHAPTER, "attention_keras", "softmax(q k^T / sqrt(d_k)) v with its weights, in Keras", track="keras",
+          shortcuts=ATTENTION_SHORTCUTS)
 def check_attention_keras(attention_keras) -> None:
     _check_attention(attention_keras, "keras", "attention_keras")
 
@@ -213,7 +181,8 @@ def _distinct(layers: list, what: str) -> None:
         raise CheckFailed(f"wq, wk and wv are the same {what}: create three separate projections")
 
 
-@exercise(CHAPTER, "SelfAttention_torch", "self-attention layer with wq, wk, wv of d_in -> d_out, in PyTorch", "torch")
+@exercise(CHAPTER, "SelfAttention_torch", "self-attention layer with wq, wk, wv of d_in -> d_out, in PyTorch", "torch",
+          ATTENTION_SHORTCUTS)
 def check_self_attention_torch(SelfAttention_torch) -> None:  # noqa: N803 (the student's class name)
     import torch
 
@@ -247,7 +216,8 @@ def check_self_attention_torch(SelfAttention_torch) -> None:  # noqa: N803 (the 
         check_attention_pair(answer, _layer_variants(x, weights), f"SelfAttention_torch({d_in}, {d_out})(x)")
 
 
-@exercise(CHAPTER, "SelfAttention_keras", "self-attention layer with wq, wk, wv of d_in -> d_out, in Keras", "keras")
+@exercise(CHAPTER, "SelfAttention_keras", "self-attention layer with wq, wk, wv of d_in -> d_out, in Keras", "keras",
+          ATTENTION_SHORTCUTS)
 def check_self_attention_keras(SelfAttention_keras) -> None:  # noqa: N803 (the student's class name)
     import keras
 

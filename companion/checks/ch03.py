@@ -6,7 +6,7 @@ import numpy as np
 
 from companion import reference
 from companion.checks import call, exercise, expect_close, rng, to_numpy
-from companion.checks.ch02 import converter, output_pair, tolerance
+from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, output_pair, tolerance
 
 CHAPTER = "03_multihead_attention"
 
@@ -214,12 +214,14 @@ def _check_mha(multi_head_attention, track: str, name: str) -> None:
         expect_close(out, right_out, f"the output of {what}", mistakes=out_mistakes, **tolerance(track))
 
 
-@exercise(CHAPTER, "multi_head_attention_torch", "project, split, attend, merge, project back, in PyTorch", "torch")
+@exercise(CHAPTER, "multi_head_attention_torch", "project, split, attend, merge, project back, in PyTorch", "torch",
+          ATTENTION_SHORTCUTS)
 def check_multi_head_attention_torch(multi_head_attention_torch) -> None:
     _check_mha(multi_head_attention_torch, "torch", "multi_head_attention_torch")
 
 
-@exercise(CHAPTER, "multi_head_attention_keras", "project, split, attend, merge, project back, in Keras", "keras")
+@exercise(CHAPTER, "multi_head_attention_keras", "project, split, attend, merge, project back, in Keras", "keras",
+          ATTENTION_SHORTCUTS)
 def check_multi_head_attention_keras(multi_head_attention_keras) -> None:
     _check_mha(multi_head_attention_keras, "keras", "multi_head_attention_keras")
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from companion import reference
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.ch02 import converter, output_pair, tolerance
+from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, output_pair, tolerance
 
 CHAPTER = "04_masking"
 
@@ -100,7 +100,8 @@ def _check_causal_mask(causal_mask, name: str) -> None:
         _expect_bool(answer, what)
 
 
-@exercise(CHAPTER, "causal_mask_torch", "bool (1, 1, n, n): query i may attend to keys 0..i, in PyTorch", "torch")
+@exercise(CHAPTER, "causal_mask_torch", "bool (1, 1, n, n): query i may attend to keys 0..i, in PyTorch", "torch",
+          ("torch.nn.Transformer.generate_square_subsequent_mask",))
 def check_causal_mask_torch(causal_mask_torch) -> None:
     _check_causal_mask(causal_mask_torch, "causal_mask_torch")
 
@@ -201,12 +202,14 @@ def _check_masked_attention(masked_attention, track: str, name: str) -> None:
             raise CheckFailed(f"{what}: float16 inputs should give a float16 output; got {to_numpy(answer[0]).dtype}")
 
 
-@exercise(CHAPTER, "masked_attention_torch", "scaled dot-product attention with a boolean mask, in PyTorch", "torch")
+@exercise(CHAPTER, "masked_attention_torch", "scaled dot-product attention with a boolean mask, in PyTorch", "torch",
+          ATTENTION_SHORTCUTS)
 def check_masked_attention_torch(masked_attention_torch) -> None:
     _check_masked_attention(masked_attention_torch, "torch", "masked_attention_torch")
 
 
-@exercise(CHAPTER, "masked_attention_keras", "scaled dot-product attention with a boolean mask, in Keras", "keras")
+@exercise(CHAPTER, "masked_attention_keras", "scaled dot-product attention with a boolean mask, in Keras", "keras",
+          ATTENTION_SHORTCUTS)
 def check_masked_attention_keras(masked_attention_keras) -> None:
     _check_masked_attention(masked_attention_keras, "keras", "masked_attention_keras")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks.tracks import LAYER_NORM_SHORTCUTS
 from companion.reference.addnorm import layer_norm as reference_layer_norm
 
 CHAPTER = "06_add_and_norm"
@@ -39,7 +40,8 @@ def _layer_norm_mistakes(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps
     }
 
 
-@exercise(CHAPTER, "layer_norm", "LayerNorm over the last axis: biased variance, epsilon inside the square root")
+@exercise(CHAPTER, "layer_norm", "LayerNorm over the last axis: biased variance, epsilon inside the square root",
+          shortcuts=LAYER_NORM_SHORTCUTS)
 def check_layer_norm(layer_norm) -> None:
     generator = rng(7)
     # Small spreads make epsilon matter; small widths make the biased/unbiased difference visible.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks.tracks import LOSS_SHORTCUTS
 from companion.training import transformer_parameter_count, warmup_learning_rate
 
 CHAPTER = "07_full_model"
@@ -226,7 +227,8 @@ def _check_loss(loss_fn, convert, name: str) -> None:
 
 
 @exercise(
-    CHAPTER, "label_smoothed_loss_torch", "label-smoothed cross-entropy over non-PAD positions (PyTorch)", "torch"
+    CHAPTER, "label_smoothed_loss_torch", "label-smoothed cross-entropy over non-PAD positions (PyTorch)", "torch",
+    LOSS_SHORTCUTS,
 )
 def check_label_smoothed_loss_torch(label_smoothed_loss_torch) -> None:
     import torch
@@ -238,7 +240,8 @@ def check_label_smoothed_loss_torch(label_smoothed_loss_torch) -> None:
     )
 
 
-@exercise(CHAPTER, "label_smoothed_loss_keras", "label-smoothed cross-entropy over non-PAD positions (Keras)", "keras")
+@exercise(CHAPTER, "label_smoothed_loss_keras", "label-smoothed cross-entropy over non-PAD positions (Keras)", "keras",
+          LOSS_SHORTCUTS)
 def check_label_smoothed_loss_keras(label_smoothed_loss_keras) -> None:
     from keras import ops
 

@@ -5,8 +5,11 @@ e.g. ``torch.nn.functional.scaled_dot_product_attention`` for attention). The an
 every function, class and import of the notebook it refers to (its helpers, transitively), are searched for
 
 - an import of the course's own package (``companion``) other than ``companion.checks.check``;
-- a name, attribute or string equal to the last part of a forbidden call (``scaled_dot_product_attention``),
-  which also catches ``getattr(F, "scaled_dot_product_attention")``.
+- a name that resolves, through the notebook's imports, to a forbidden call (``F.scaled_dot_product_attention``
+  with ``import torch.nn.functional as F``, ``nn.MultiheadAttention`` with ``from torch import nn``);
+- an attribute or a string equal to the last part of a forbidden call when that part is distinctive (it names
+  attention, or is 15 characters or more), which also catches ``getattr(F, "scaled_dot_product_attention")``
+  and the same function reached through another module.
 
 Inside the sandbox the same calls are tripwires that raise when the exercise is checked (see
 :mod:`companion.grade.sandbox.child`), and the course's package is not there at all.
@@ -67,7 +70,8 @@ def find_shortcuts(cells: list[Cell], symbol: str, forbidden: tuple[str, ...]) -
             if forbidden_import else []
     if symbol not in definitions:
         return []
-    leaves = {name.rpartition(".")[2]: name for name in forbidden}
+    leaves = {name.rpartition(".")[2]: name for name in forbidden
+              if "ttention" in name.rpartition(".")[2] or len(name.rpartition(".")[2]) >= 15}
     found: list[str] = []
     seen: set[str] = set()
     queue = [symbol]
@@ -92,8 +96,6 @@ def find_shortcuts(cells: list[Cell], symbol: str, forbidden: tuple[str, ...]) -
                     found.append(f"`{leaves[node.attr]}`")
             elif isinstance(node, ast.Name):
                 dotted = node.id
-                if node.id in leaves and node.id not in definitions:
-                    found.append(f"`{leaves[node.id]}`")
                 queue.append(node.id)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if node.value in leaves:

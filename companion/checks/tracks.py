@@ -1,0 +1,101 @@
+"""Helpers that the checkers of every chapter share: inputs for each track, tolerances, reading results, and the
+one-call shortcuts that exercises forbid.
+
+A checker receives the student's object, or in the grader a proxy of it (see :mod:`companion.checks`); these
+helpers build the inputs of a track (NumPy arrays, torch tensors, Keras tensors) and read what came back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from companion.checks import CheckFailed, to_numpy
+
+
+def to_torch(*arrays: np.ndarray) -> tuple:
+    """NumPy arrays -> torch tensors (bool stays bool, floats keep their precision)."""
+    import torch
+
+    return tuple(torch.as_tensor(np.ascontiguousarray(a)) for a in arrays)
+
+
+def to_keras(*arrays: np.ndarray) -> tuple:
+    """NumPy arrays -> tensors of the active Keras backend."""
+    from keras import ops
+
+    return tuple(ops.convert_to_tensor(a) for a in arrays)
+
+
+def converter(track: str) -> Callable[..., tuple]:
+    """The input converter of a track: ``to_torch``, ``to_keras`` or the identity for NumPy."""
+    return {"torch": to_torch, "keras": to_keras, "numpy": lambda *a: a}[track]
+
+
+def tolerance(track: str) -> dict[str, float]:
+    """atol/rtol for comparing a float32 answer with the float64 oracle.
+
+    Keras computes on TensorFlow's default device: on a recent NVIDIA GPU its float32 matrix products use TF32
+    (about 3 significant digits), so the Keras track gets a looser tolerance; every mistake the checks name changes
+    the result by far more. The torch checks build their tensors on the CPU.
+    """
+    return {"atol": 2e-3, "rtol": 2e-3} if track == "keras" else {"atol": 1e-5, "rtol": 1e-4}
+
+
+def output_pair(
+    result: Any, name: str, first: str = "output", second: str = "weights"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read the ``(first, second)`` pair a student's function returns, as NumPy arrays."""
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        raise CheckFailed(f"{name} should return a pair ({first}, {second}); got {type(result).__name__}")
+    return to_numpy(result[0]), to_numpy(result[1])
+
+
+def expect_type(result: Any, track: str, what: str, dtype: str | None = None) -> None:
+    """The result is of the track's type (a NumPy array, a torch tensor, a Keras tensor) and, if given, dtype kind.
+
+    ``dtype`` is ``"float"``, ``"int"`` or ``"bool"``.
+    """
+    module = type(result).__module__ or ""
+    if track == "torch":
+        import torch
+
+        ok = isinstance(result, torch.Tensor)
+        expected = "a torch.Tensor"
+    elif track == "keras":
+        ok = module.startswith(("tensorflow", "keras", "jax", "torch")) and hasattr(result, "shape") and \
+            not isinstance(result, np.ndarray)
+        expected = "a Keras tensor (keras.ops)"
+    else:
+        ok = isinstance(result, np.ndarray)
+        expected = "a NumPy array"
+    if not ok:
+        raise CheckFailed(f"{what} should be {expected}; got {type(result).__name__}")
+    if dtype is not None:
+        kind = to_numpy(result).dtype.kind
+        if {"float": "f", "int": "iu", "bool": "b"}[dtype].find(kind) < 0:
+            raise CheckFailed(f"{what} should have a {dtype} dtype; got {to_numpy(result).dtype}")
+
+
+#: One-call answers to attention: allowed is everything else (softmax, matmul, masked_fill, ...).
+ATTENTION_SHORTCUTS = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch.nn.MultiheadAttention",
+    "keras.ops.dot_product_attention",
+    "keras.layers.MultiHeadAttention",
+    "keras.layers.Attention",
+)
+EMBEDDING_SHORTCUTS = ("torch.nn.functional.embedding", "torch.nn.Embedding", "keras.layers.Embedding")
+LAYER_NORM_SHORTCUTS = ("torch.nn.functional.layer_norm", "torch.nn.LayerNorm", "keras.layers.LayerNormalization")
+LOSS_SHORTCUTS = (
+    "torch.nn.functional.cross_entropy",
+    "torch.nn.CrossEntropyLoss",
+    "keras.losses.CategoricalCrossentropy",
+    "keras.losses.SparseCategoricalCrossentropy",
+    "keras.losses.categorical_crossentropy",
+    "keras.ops.categorical_crossentropy",
+)
+MODEL_SHORTCUTS = ("torch.nn.Transformer", "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")
