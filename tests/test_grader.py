@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import jupytext
 import pytest
 
-from companion.checks import CheckFailed, exercises_for, run_check
+from companion.checks import CheckFailed, exercises_for, registry, run_check
 from companion.grade import FAILED, PASSED, SKIPPED, grade, write_junit
 from companion.grade.__main__ import main, parser
 from companion.notebook_code import code_cells, definitions
@@ -383,3 +383,66 @@ def test_a_chapter_whose_checks_do_not_import_is_left_out(tmp_path, monkeypatch)
             run_check("no_such_exercise", len)
     finally:
         checks._IMPORT_ERRORS.pop("companion.checks.ch98", None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Missing work
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_renamed_or_missing_notebooks_count_as_missing_work(tmp_path):
+    """A folder of stubs renamed: nothing is graded, every chapter is missing, and the exit status says so."""
+    for path in STUBS:
+        (tmp_path / f"renamed_{path.name}").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    report_path = tmp_path / "grade.json"
+    command = [sys.executable, "-m", "companion.grade", str(tmp_path), "--json", str(report_path)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = json.loads(report_path.read_text(encoding="utf-8"))
+    chapters = sorted({e.chapter for e in registry().values()})
+    assert data["missing_chapters"] == chapters == data["expected_chapters"]
+    missing = [n for n in data["notebooks"] if n["missing"]]
+    assert [n["chapter"] for n in missing] == chapters
+    for notebook in missing:
+        assert notebook["path"] == f"{tmp_path}/{notebook['chapter']}.md"
+        assert {e["status"] for e in notebook["exercises"]} == {"failed"}
+        assert {e["reason"] for e in notebook["exercises"]} == {"missing-notebook"}
+    assert "missing notebooks" in done.stdout and done.stdout.rstrip().endswith("FAILED")
+
+
+def test_chapters_restricts_what_is_expected(tmp_path):
+    (tmp_path / "01_text_as_numbers.md").write_text((ROOT / "solutions" / "01_text_as_numbers.md").read_text(
+        encoding="utf-8"), encoding="utf-8")
+    report = grade([tmp_path], tracks=["numpy"], chapters=["01"])
+    assert report.ok and report.expected_chapters == ["01_text_as_numbers"]
+    report = grade([tmp_path], tracks=["numpy"], chapters=["01", "02"])
+    assert not report.ok and [n.chapter for n in report.notebooks if n.missing] == ["02_attention"]
+    with pytest.raises(ValueError, match="no chapter '42'"):
+        grade([tmp_path], chapters=["42"])
+    assert parser().parse_args(["x", "--chapters", "01,02"]).chapters == ["01", "02"]
+    assert parser().parse_args(["x", "--memory", "2G"]).memory == 2 * 10**9
+
+
+def test_extra_checks_fail_without_revealing_the_case(tmp_path):
+    extra = ROOT / "tests" / "extra_checks_example.py"
+    solution = (ROOT / "solutions" / "01_text_as_numbers.md").read_text(encoding="utf-8")
+    (tmp_path / "right").mkdir()
+    (tmp_path / "right" / "01_text_as_numbers.md").write_text(solution, encoding="utf-8")
+    # Refuses an empty sentence: passes the course's check (which has none), fails the hidden one.
+    block = re.compile(_BLOCK.format(symbol="pad_batch"), re.S | re.M)
+    body = ("    assert all(len(s) for s in batch)\n"
+            "    return np.array([(list(s[:length]) + [pad_id] * length)[:length] for s in batch], dtype=np.int64)\n")
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "wrong" / "01_text_as_numbers.md").write_text(block.sub(lambda m: m[1] + body + m[2], solution),
+                                                               encoding="utf-8")
+    report = grade([tmp_path / "right", tmp_path / "wrong"], tracks=["numpy"], chapters=["01"], extra_checks=extra)
+    right, wrong = report.notebooks
+    assert right.ok, right.exercises
+    assert wrong.result("build_vocabulary").passed
+    result = wrong.result("pad_batch")
+    assert (result.status, result.reason, result.message) == (FAILED, "hidden", "hidden check failed")
+    assert grade([tmp_path / "wrong"], tracks=["numpy"], chapters=["01"]).notebooks[0].result("pad_batch").passed
+    with pytest.raises(ValueError, match="no exercise 'nothing'"):
+        bad = tmp_path / "bad.py"
+        bad.write_text("def check_nothing(answer):\n    pass\n", encoding="utf-8")
+        grade([tmp_path / "right"], extra_checks=bad)
