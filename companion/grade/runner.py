@@ -352,7 +352,7 @@ def _check(session: Session, job: Job, item: Exercise, options: Options) -> None
             extra_reason, _ = _run_checker(extra, answer)
             if extra_reason != "ok":
                 reason, message = "hidden", HIDDEN_FAILED + (
-                    "" if extra_reason == "wrong" else f" (the answer {extra_reason.replace('-', ' ')})")
+                    "" if extra_reason == "wrong" else " (your code raised an exception on a hidden case)")
                 break
     job.exercise_done(PASSED if reason == "ok" else FAILED, reason, message, time.perf_counter() - start,
                       session.output_text(), session.output_chars)
