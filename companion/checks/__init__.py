@@ -13,6 +13,8 @@ In a notebook::
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import importlib
 import pkgutil
 import sys
@@ -62,13 +64,38 @@ def exercise(
     def register(checker: Callable[[Any], None]) -> Callable[[Any], None]:
         if symbol in _REGISTRY and _REGISTRY[symbol].checker.__qualname__ != checker.__qualname__:
             raise ValueError(f"exercise id {symbol!r} is registered twice")
-        _REGISTRY[symbol] = Exercise(symbol, chapter, symbol, track, title, checker, tuple(shortcuts))
+
+        @functools.wraps(checker)
+        def checked(answer: Any) -> None:
+            token = _DEFERRED.set([])
+            try:
+                checker(answer)
+                pending = _DEFERRED.get()
+            finally:
+                _DEFERRED.reset(token)
+            if pending:
+                raise pending[0]
+
+        _REGISTRY[symbol] = Exercise(symbol, chapter, symbol, track, title, checked, tuple(shortcuts))
         return checker
 
     return register
 
 
 _IMPORT_ERRORS: dict[str, str] = {}
+#: Failures that wait until every value has been compared (see :func:`defer`).
+_DEFERRED: contextvars.ContextVar[list | None] = contextvars.ContextVar("deferred", default=None)
+
+
+def defer(failure: CheckFailed) -> None:
+    """Report ``failure`` after the checker's other comparisons, so that a named mistake is reported first.
+
+    Outside a registered checker it is raised at once.
+    """
+    pending = _DEFERRED.get()
+    if pending is None:
+        raise failure
+    pending.append(failure)
 
 
 def registry() -> dict[str, Exercise]:
@@ -235,8 +262,19 @@ def expect_close(
     for message, wrong in (mistakes or {}).items():
         if np.shape(wrong) == actual.shape and np.allclose(actual, wrong, atol=atol, rtol=rtol):
             raise CheckFailed(f"{what} is not right. Likely: {message}")
-    error = np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64)))
-    raise CheckFailed(f"{what} differs from the expected values (largest difference {error:.3g})")
+    difference = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    difference = np.where(np.isnan(difference), np.inf, difference)
+    index = np.unravel_index(int(np.argmax(difference)), difference.shape) if difference.ndim else ()
+    error = float(difference[index]) if difference.size else 0.0
+    at = f" at index {tuple(int(i) for i in index)}" if index else ""
+    raise CheckFailed(f"{what} differs from the expected values (largest difference {error:.3g}{at}: got "
+                      f"{_number(actual[index])}, expected {_number(expected[index])})")
+
+
+def _number(value: Any) -> str:
+    """A number as a person writes it: 43, 0.125, True (never np.int64(43))."""
+    item = value.item() if hasattr(value, "item") else value
+    return f"{item:.6g}" if isinstance(item, float) else repr(item)
 
 
 def expect_equal(actual: Any, expected: Any, what: str, mistakes: dict[str, Any] | None = None) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from companion import text
-from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import EMBEDDING_SHORTCUTS
+from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy, type_name
+from companion.checks.tracks import EMBEDDING_SHORTCUTS, expect_type
 
 CHAPTER = "01_text_as_numbers"
 
@@ -44,24 +44,34 @@ def check_build_vocabulary(build_vocabulary) -> None:
 @exercise(CHAPTER, "pad_batch", "pad on the right with 0, truncate on the right, stack into (batch, length)")
 def check_pad_batch(pad_batch) -> None:
     generator = rng(1)
-    cases = [([[1, 2, 3, 4, 5], [6, 7, 8], [1, 9, 10, 3, 4, 11]], 5)]
-    for _ in range(4):
+    cases = [([[1, 2, 3, 4, 5], [6, 7, 8], [1, 9, 10, 3, 4, 11]], 5, None)]
+    for pad_id in (None, 0, 99, None):
         lengths = generator.integers(1, 9, size=generator.integers(1, 5))
-        cases.append(([list(generator.integers(1, 50, size=n)) for n in lengths], int(generator.integers(1, 8))))
-    for batch, length in cases:
-        expected = text.pad_batch(batch, length)
-        answer = to_numpy(call(pad_batch, [list(s) for s in batch], length))
-        left = np.array([[0] * (length - len(s[:length])) + list(s[:length]) for s in batch])
-        keep_end = np.array([text.pad_or_truncate(s[-length:], length) for s in batch])
+        cases.append(([[int(i) for i in generator.integers(1, 50, size=n)] for n in lengths],
+                      int(generator.integers(1, 8)), pad_id))
+    cases.append(([[3, 1], [5, 6, 7]], 4, 99))  # pad_id matters here: both rows are padded
+    for batch, length, pad_id in cases:
+        fill = 0 if pad_id is None else pad_id
+        expected = np.array([text.pad_or_truncate(s, length, fill) for s in batch])
+        arguments = (length,) if pad_id is None else (length, pad_id)
+        result = call(pad_batch, [list(s) for s in batch], *arguments)
+        answer = to_numpy(result)
+        left = np.array([[fill] * (length - len(s[:length])) + list(s[:length]) for s in batch])
+        keep_end = np.array([text.pad_or_truncate(s[-length:], length, fill) for s in batch])
+        zero_fill = np.array([text.pad_or_truncate(s, length, 0) for s in batch])
+        what = f"pad_batch({batch}, {length}{'' if pad_id is None else f', pad_id={pad_id}'})"
         expect_close(
             answer,
             expected,
-            f"pad_batch({batch}, {length})",
+            what,
             mistakes={
                 "the padding went on the left; the course pads on the right": left,
                 "long sequences lost their beginning; truncate by keeping the first `length` ids": keep_end,
+                **({"the padding is always 0: pad with the `pad_id` argument": zero_fill} if fill else {}),
             },
         )
+        if not isinstance(result, np.ndarray):
+            raise CheckFailed(f"{what} should return a NumPy array; got {type_name(result)}")
         if not np.issubdtype(answer.dtype, np.integer):
             raise CheckFailed(f"pad_batch should return integer ids; got dtype {answer.dtype}")
 
@@ -104,7 +114,7 @@ def _embedding_cases(seed: int):
         yield ids, table
 
 
-def _check_embedding(embed, to_framework, name: str) -> None:
+def _check_embedding(embed, to_framework, name: str, track: str = "numpy") -> None:
     for ids, table in _embedding_cases(3):
         vocab, d_model = table.shape
         expected = table[ids] * np.sqrt(d_model)
@@ -118,6 +128,7 @@ def _check_embedding(embed, to_framework, name: str) -> None:
                 "you divided by sqrt(d_model); multiply instead": table[ids] / np.sqrt(d_model),
             },
         )
+        expect_type(answer, track, f"the result of {name}", "float")
 
 
 @exercise(CHAPTER, "embed_torch", "embedding as one-hot @ table, times sqrt(d_model), in PyTorch", track="torch",
@@ -125,7 +136,7 @@ def _check_embedding(embed, to_framework, name: str) -> None:
 def check_embed_torch(embed_torch) -> None:
     import torch
 
-    _check_embedding(embed_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "embed_torch")
+    _check_embedding(embed_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "embed_torch", "torch")
 
 
 @exercise(CHAPTER, "embed_keras", "embedding as one-hot @ table, times sqrt(d_model), in Keras", track="keras",
@@ -133,4 +144,5 @@ def check_embed_torch(embed_torch) -> None:
 def check_embed_keras(embed_keras) -> None:
     from keras import ops
 
-    _check_embedding(embed_keras, lambda i, t: (ops.convert_to_tensor(i), ops.convert_to_tensor(t)), "embed_keras")
+    _check_embedding(embed_keras, lambda i, t: (ops.convert_to_tensor(i), ops.convert_to_tensor(t)), "embed_keras",
+                     "keras")

@@ -19,6 +19,7 @@ CHAPTER = "02_attention"
 from companion.checks.tracks import (  # noqa: E402, F401 - one home for the helpers; re-exported for old imports
     ATTENTION_SHORTCUTS,
     converter,
+    expect_type,
     output_pair,
     to_keras,
     to_torch,
@@ -66,14 +67,22 @@ def attention_variants(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nda
     return variants
 
 
-def check_attention_pair(answer: Any, variants: dict, name: str, atol: float = 1e-5, rtol: float = 1e-4) -> None:
-    """Compare a student's ``(output, weights)`` with the right pair; name the mistake whose pair it matches."""
+def check_attention_pair(answer: Any, variants: dict, name: str, atol: float = 1e-5, rtol: float = 1e-4,
+                         track: str | None = None) -> None:
+    """Compare a student's ``(output, weights)`` with the right pair; name the mistake whose pair it matches.
+
+    With ``track``, both must also be float tensors of that track (checked after the values, so that a known
+    mistake is named first).
+    """
     out, weights = output_pair(answer, name)
     right_out, right_weights = variants[None]
     weight_mistakes = {m: w for m, (_, w) in variants.items() if m is not None}
     expect_close(weights, right_weights, f"the weights of {name}", mistakes=weight_mistakes, atol=atol, rtol=rtol)
     out_mistakes = {m: o for m, (o, _) in variants.items() if m is not None and o is not None}
     expect_close(out, right_out, f"the output of {name}", mistakes=out_mistakes, atol=atol, rtol=rtol)
+    if track is not None:
+        expect_type(answer[0], track, f"the output of {name}", "float")
+        expect_type(answer[1], track, f"the weights of {name}", "float")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -135,7 +144,8 @@ def _check_attention(attention, track: str, name: str) -> None:
         v = generator.standard_normal((*lead, m, d_v)).astype(np.float32)
         variants = attention_variants(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))
         answer = call(attention, *converter(track)(q, k, v))
-        check_attention_pair(answer, variants, f"{name}(q {q.shape}, k {k.shape}, v {v.shape})", **tolerance(track))
+        check_attention_pair(answer, variants, f"{name}(q {q.shape}, k {k.shape}, v {v.shape})", **tolerance(track),
+                             track=track)
 
 
 @exercise(CHAPTER, "attention_torch", "softmax(q k^T / sqrt(d_k)) v with its weights, in PyTorch", track="torch",
@@ -213,7 +223,8 @@ def check_self_attention_torch(SelfAttention_torch) -> None:  # noqa: N803 (the 
                 linear.weight.copy_(torch.from_numpy(w.T.copy()))  # torch stores (out, in)
         x = generator.standard_normal((2, seq_len, d_in)).astype(np.float32)
         answer = call(layer, torch.from_numpy(x))
-        check_attention_pair(answer, _layer_variants(x, weights), f"SelfAttention_torch({d_in}, {d_out})(x)")
+        check_attention_pair(answer, _layer_variants(x, weights), f"SelfAttention_torch({d_in}, {d_out})(x)",
+                             track="torch")
 
 
 @exercise(CHAPTER, "SelfAttention_keras", "self-attention layer with wq, wk, wv of d_in -> d_out, in Keras", "keras",
@@ -246,4 +257,4 @@ def check_self_attention_keras(SelfAttention_keras) -> None:  # noqa: N803 (the 
             dense.kernel.assign(w)
         answer = call(layer, x)
         what = f"SelfAttention_keras({d_in}, {d_out})(x)"
-        check_attention_pair(answer, _layer_variants(x, weights), what, **tolerance("keras"))
+        check_attention_pair(answer, _layer_variants(x, weights), what, **tolerance("keras"), track="keras")

@@ -6,7 +6,7 @@ import numpy as np
 
 from companion import reference
 from companion.checks import call, exercise, expect_close, rng, to_numpy
-from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, output_pair, tolerance
+from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, expect_type, output_pair, tolerance
 
 CHAPTER = "03_multihead_attention"
 
@@ -59,6 +59,7 @@ def _check_split(split_heads, track: str, name: str) -> None:
                 ).swapaxes(-1, -2),
             },
         )
+        expect_type(answer, track, f"the result of {name}", "float")
 
 
 def _check_merge(merge_heads, track: str, name: str) -> None:
@@ -82,6 +83,7 @@ def _check_merge(merge_heads, track: str, name: str) -> None:
                 "(batch, seq_len, num_heads * d_head)": x.transpose(0, 2, 1, 3),
             },
         )
+        expect_type(answer, track, f"the result of {name}", "float")
 
 
 @exercise(CHAPTER, "split_heads_torch", "(batch, seq, d_model) -> (batch, heads, seq, d_head), in PyTorch", "torch")
@@ -158,7 +160,8 @@ def mha_case(generator: np.random.Generator, batch, query_len, key_len, d_model,
         key = query
     else:  # cross-attention: keys and values from another sequence
         key = generator.standard_normal((batch, key_len, d_model)).astype(np.float32)
-    value = key
+    # The values differ from the keys (as they do after a layer), so an answer that mixes them up shows.
+    value = (key + generator.standard_normal(key.shape).astype(np.float32)).astype(np.float32)
     params = {}
     for name in "qkvo":
         params[f"w{name}"] = (generator.standard_normal((d_model, d_model)) * 1.5 / np.sqrt(d_model)).astype(
@@ -201,6 +204,8 @@ def _check_mha(multi_head_attention, track: str, name: str) -> None:
             "the scale is missing: divide each head's scores by sqrt(d_head)": variant(scale="none"),
             "softmax over the wrong axis: take it over the keys (the last axis)": variant(axis=-2),
             "the output projection is missing: apply wo and bo to the merged heads": variant(output_projection=False),
+            "the values were projected from `key`; project `value` with wv and bv": mha_variant(
+                as64[0], as64[1], as64[1], params64, num_heads, mask),
         }
         right_out, right_weights = variant()
         expect_close(
@@ -212,6 +217,8 @@ def _check_mha(multi_head_attention, track: str, name: str) -> None:
         )
         out_mistakes = {m: o for m, (o, _) in mistakes.items()}
         expect_close(out, right_out, f"the output of {what}", mistakes=out_mistakes, **tolerance(track))
+        expect_type(answer[0], track, f"the output of {what}", "float")
+        expect_type(answer[1], track, f"the weights of {what}", "float")
 
 
 @exercise(CHAPTER, "multi_head_attention_torch", "project, split, attend, merge, project back, in PyTorch", "torch",

@@ -8,7 +8,7 @@ import numpy as np
 
 from companion import reference
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, output_pair, tolerance
+from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, expect_type, output_pair, tolerance
 
 CHAPTER = "04_masking"
 
@@ -60,6 +60,7 @@ def _check_padding_mask(padding_mask, track: str, name: str) -> None:
             },
         )
         _expect_bool(answer, what)
+        expect_type(answer, track, what, "bool")
 
 
 @exercise(CHAPTER, "padding_mask_torch", "ids (batch, len) -> bool (batch, 1, 1, len), True = not padding", "torch")
@@ -77,7 +78,7 @@ def check_padding_mask_keras(padding_mask_keras) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _check_causal_mask(causal_mask, name: str) -> None:
+def _check_causal_mask(causal_mask, name: str, track: str = "numpy") -> None:
     for length in (5, 1, 3, 8):
         expected = reference.causal_mask(length)
         square = np.ones((length, length), dtype=bool)
@@ -98,17 +99,18 @@ def _check_causal_mask(causal_mask, name: str) -> None:
             },
         )
         _expect_bool(answer, what)
+        expect_type(answer, track, what, "bool")
 
 
 @exercise(CHAPTER, "causal_mask_torch", "bool (1, 1, n, n): query i may attend to keys 0..i, in PyTorch", "torch",
           ("torch.nn.Transformer.generate_square_subsequent_mask",))
 def check_causal_mask_torch(causal_mask_torch) -> None:
-    _check_causal_mask(causal_mask_torch, "causal_mask_torch")
+    _check_causal_mask(causal_mask_torch, "causal_mask_torch", "torch")
 
 
 @exercise(CHAPTER, "causal_mask_keras", "bool (1, 1, n, n): query i may attend to keys 0..i, in Keras", "keras")
 def check_causal_mask_keras(causal_mask_keras) -> None:
-    _check_causal_mask(causal_mask_keras, "causal_mask_keras")
+    _check_causal_mask(causal_mask_keras, "causal_mask_keras", "keras")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -198,6 +200,8 @@ def _check_masked_attention(masked_attention, track: str, name: str) -> None:
             mistakes={m: o for m, (o, _) in variants.items() if m is not None},
             **limits,
         )
+        expect_type(answer[0], track, f"the output of {what}", "float")
+        expect_type(answer[1], track, f"the weights of {what}", "float")
         if half and to_numpy(answer[0]).dtype != np.float16:
             raise CheckFailed(f"{what}: float16 inputs should give a float16 output; got {to_numpy(answer[0]).dtype}")
 

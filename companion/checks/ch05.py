@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import call, exercise, expect_close, rng, to_numpy
+from companion.checks.tracks import expect_type
 from companion.reference.positional import sinusoidal_positional_encoding
 
 CHAPTER = "05_positional_encoding"
@@ -117,7 +118,7 @@ def _encoder_input_cases():
         yield ids, table
 
 
-def _check_encoder_input(encoder_input, to_framework, name: str) -> None:
+def _check_encoder_input(encoder_input, to_framework, name: str, track: str = "numpy") -> None:
     for ids, table in _encoder_input_cases():
         vocab, d_model = table.shape
         seq_len = ids.shape[1]
@@ -144,6 +145,7 @@ def _check_encoder_input(encoder_input, to_framework, name: str) -> None:
             },
             atol=1e-4,
         )
+        expect_type(answer, track, f"the result of {name}", "float")
 
 
 @exercise(CHAPTER, "encoder_input_torch", "embedding * sqrt(d_model) + PE[:seq_len], in PyTorch", track="torch")
@@ -151,7 +153,7 @@ def check_encoder_input_torch(encoder_input_torch) -> None:
     import torch
 
     _check_encoder_input(
-        encoder_input_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "encoder_input_torch"
+        encoder_input_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "encoder_input_torch", "torch"
     )
 
 
@@ -163,5 +165,6 @@ def check_encoder_input_keras(encoder_input_keras) -> None:
         encoder_input_keras,
         lambda i, t: (ops.convert_to_tensor(i), ops.convert_to_tensor(t)),
         "encoder_input_keras",
+        "keras",
     )
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import LAYER_NORM_SHORTCUTS
+from companion.checks import CheckFailed, _short, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks.tracks import LAYER_NORM_SHORTCUTS, expect_type, torch_gradients
 from companion.reference.addnorm import layer_norm as reference_layer_norm
 
 CHAPTER = "06_add_and_norm"
@@ -130,6 +130,17 @@ def check_pre_ln_sublayer_torch(pre_ln_sublayer_torch) -> None:
 
     with torch.no_grad():
         _check_pre_ln(pre_ln_sublayer_torch, build, "pre_ln_sublayer_torch")
+    # The residual path carries the gradient to x unchanged: it must not be detached.
+    for x, gamma, beta, weight, bias in _pre_ln_cases():
+        x_tensor, sublayer, norm = build(x, gamma, beta, weight, bias)
+        upstream = np.random.default_rng(9).standard_normal(x.shape)
+        result, grads, why = torch_gradients(pre_ln_sublayer_torch, (x_tensor, sublayer, norm), upstream)
+        expect_type(result, "torch", "the result of pre_ln_sublayer_torch", "float")
+        if grads[0] is None or not np.abs(to_numpy(grads[0])).sum() > 0:
+            raise CheckFailed("x receives no gradient from pre_ln_sublayer_torch(x, sublayer, norm): the residual "
+                              "path must stay in the graph (no .detach(), no torch.no_grad(), no NumPy round trip)"
+                              + (f"; {why}" if why else ""))
+        break
 
 
 @exercise(CHAPTER, "pre_ln_sublayer_keras", "pre-LN residual: x + sublayer(norm(x)), in Keras", track="keras")
@@ -160,8 +171,9 @@ def _encoder_layer_count(d_model: int, num_heads: int, d_ff: int) -> int:
 def check_encoder_layer_parameters(encoder_layer_parameters) -> None:
     for d_model, d_ff, num_heads in [(512, 2048, 8), (64, 256, 4), (32, 100, 2), (48, 96, 16), (8, 8, 1)]:
         answer = call(encoder_layer_parameters, d_model, d_ff, num_heads)
-        if isinstance(answer, bool) or not isinstance(to_numpy(answer).item(), int | np.integer):
-            raise CheckFailed(f"encoder_layer_parameters should return a whole number; got {answer!r}")
+        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
+            raise CheckFailed(f"encoder_layer_parameters should return a whole number (an int); got "
+                              f"{type(answer).__name__} {_short(answer)}")
         d, h, f = d_model, num_heads, d_ff
         attention, ffn, norms = 4 * d * d + 4 * d, 2 * d * f + f + d, 4 * d
         expect_equal(

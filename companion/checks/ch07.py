@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import LOSS_SHORTCUTS
+from companion.checks import CheckFailed, _short, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks.tracks import LOSS_SHORTCUTS, expect_type, torch_gradients
 from companion.training import transformer_parameter_count, warmup_learning_rate
 
 CHAPTER = "07_full_model"
@@ -52,10 +52,10 @@ def check_count_parameters(count_parameters) -> None:
         expected = transformer_parameter_count(*config)
         assert expected == _count(*config)
         answer = call(count_parameters, *config)
-        try:
-            answer = int(answer)
-        except (TypeError, ValueError):
-            raise CheckFailed(f"count_parameters should return an integer; got {type(answer).__name__}") from None
+        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
+            raise CheckFailed(f"count_parameters{config} should return an integer; got {type(answer).__name__} "
+                              f"{_short(answer)}")
+        answer = int(answer)
         expect_equal(
             answer,
             expected,
@@ -209,11 +209,13 @@ def _loss_cases(seed: int):
         yield logits, labels, smoothing, pad_id
 
 
-def _check_loss(loss_fn, convert, name: str) -> None:
+def _check_loss(loss_fn, convert, name: str, track: str = "numpy") -> None:
     for logits, labels, smoothing, pad_id in _loss_cases(5):
         variants = smoothed_loss_variants(logits, labels, smoothing, pad_id)
         expected = variants.pop("right")
-        answer = to_numpy(call(loss_fn, *convert(logits, labels), smoothing, pad_id))
+        result = call(loss_fn, *convert(logits, labels), smoothing, pad_id)
+        expect_type(result, track, f"the loss of {name}", "float")
+        answer = to_numpy(result)
         if answer.size != 1:
             raise CheckFailed(f"{name} should return one number (a scalar); got shape {answer.shape}")
         expect_close(
@@ -237,7 +239,18 @@ def check_label_smoothed_loss_torch(label_smoothed_loss_torch) -> None:
         label_smoothed_loss_torch,
         lambda logits, labels: (torch.as_tensor(logits), torch.as_tensor(labels)),
         "label_smoothed_loss_torch",
+        "torch",
     )
+    # The loss is what training differentiates: it must stay a tensor in the graph of the logits.
+    logits, labels, smoothing, pad_id = next(iter(_loss_cases(5)))
+    try:
+        _, grads, why = torch_gradients(label_smoothed_loss_torch, (torch.as_tensor(logits), torch.as_tensor(labels),
+                                                                    smoothing, pad_id), 1.0)
+    except Exception as error:
+        raise CheckFailed(f"the loss could not be differentiated: {type(error).__name__}: {error}") from None
+    if grads[0] is None:
+        raise CheckFailed("the loss cannot be differentiated with respect to the logits: return the tensor itself "
+                          f"(not float(loss), loss.item() or a NumPy value); {why}")
 
 
 @exercise(CHAPTER, "label_smoothed_loss_keras", "label-smoothed cross-entropy over non-PAD positions (Keras)", "keras",
@@ -249,6 +262,7 @@ def check_label_smoothed_loss_keras(label_smoothed_loss_keras) -> None:
         label_smoothed_loss_keras,
         lambda logits, labels: (ops.convert_to_tensor(logits), ops.convert_to_tensor(labels.astype("int32"))),
         "label_smoothed_loss_keras",
+        "keras",
     )
 
 
@@ -324,8 +338,10 @@ def _torch_scripted_model(script: np.ndarray, vocab: int = 24):
             self.scale = nn.Parameter(torch.ones(()))
             self.script = torch.as_tensor(script)
             self.calls = 0
+            self.encodes = 0
 
         def encode(self, src_ids):
+            self.encodes += 1
             return src_ids.float()[..., None] * self.scale, (src_ids != PAD_ID)[:, None, None, :]
 
         def decode(self, tgt_ids, memory, src_mask):
@@ -353,8 +369,10 @@ def _keras_scripted_model(script: np.ndarray, vocab: int = 24):
 
         def __init__(self):
             self.calls = 0
+            self.encodes = 0
 
         def encode(self, src_ids):
+            self.encodes += 1
             src = ops.convert_to_tensor(src_ids)
             return ops.cast(src, "float32")[..., None], ops.not_equal(src, PAD_ID)[:, None, None, :]
 
@@ -386,6 +404,11 @@ def _check_greedy(decode_fn, make_model, to_ids, name: str) -> None:
         answer = to_numpy(call(decode_fn, model, src, BOS_ID, EOS_ID, max_len))
         what = f"{name}(case {case + 1}: batch {script.shape[0]}, max_len={max_len})"
         expect_close(answer, expected, what, mistakes=_greedy_mistakes(script, max_len), atol=0)
+        if model.encodes != 1:
+            raise CheckFailed(
+                f"{what} called model.encode {model.encodes} times: encode the source once, before the loop, and "
+                "decode step by step with that memory"
+            )
         if model.calls > expected.shape[1]:
             raise CheckFailed(
                 f"{what} called model.decode {model.calls} times for {expected.shape[1]} tokens: the loop should stop "

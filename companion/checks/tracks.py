@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from companion.checks import CheckFailed, to_numpy
+from companion.checks import CheckFailed, defer, to_numpy
 
 
 def to_torch(*arrays: np.ndarray) -> tuple:
@@ -56,8 +56,16 @@ def output_pair(
 def expect_type(result: Any, track: str, what: str, dtype: str | None = None) -> None:
     """The result is of the track's type (a NumPy array, a torch tensor, a Keras tensor) and, if given, dtype kind.
 
-    ``dtype`` is ``"float"``, ``"int"`` or ``"bool"``.
+    ``dtype`` is ``"float"``, ``"int"`` or ``"bool"``. The failure is deferred (:func:`companion.checks.defer`):
+    it is reported once every value has been compared, so that a known mistake is named first.
     """
+    try:
+        _expect_type(result, track, what, dtype)
+    except CheckFailed as failure:
+        defer(failure)
+
+
+def _expect_type(result: Any, track: str, what: str, dtype: str | None) -> None:
     module = type(result).__module__ or ""
     if track == "torch":
         import torch
@@ -99,3 +107,28 @@ LOSS_SHORTCUTS = (
     "keras.ops.categorical_crossentropy",
 )
 MODEL_SHORTCUTS = ("torch.nn.Transformer", "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")
+
+
+def torch_gradients(fn: Any, args: tuple, upstream: Any, index: int | None = None) -> tuple[Any, list, str]:
+    """Call ``fn`` with its float tensor arguments requiring gradients and back-propagate ``upstream``.
+
+    ``index`` picks the output to differentiate when ``fn`` returns several. Works on the student's function in
+    the notebook and, in the grader, on its proxy (the backward pass then runs in the student's process).
+    Returns (the result, the gradient of each argument or None, why there are none).
+    """
+    if type(fn).__name__ == "Remote":
+        session = object.__getattribute__(fn, "_session")
+        return session.grad(fn, args, upstream, index)
+    import torch
+
+    prepared = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                else a for a in args]
+    result = fn(*prepared)
+    output = result if index is None else result[index]
+    if not isinstance(output, torch.Tensor):
+        return result, [None] * len(args), f"the output is a {type(output).__name__}, not a tensor"
+    if not output.requires_grad:
+        return result, [None] * len(args), ("the output does not depend on the inputs through autograd (detached, "
+                                            "or computed outside torch)")
+    output.backward(torch.as_tensor(upstream, dtype=output.dtype))
+    return result, [getattr(a, "grad", None) for a in prepared], ""

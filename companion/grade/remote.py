@@ -264,6 +264,26 @@ class Session:
             reply = {"reply": True, "error": {"type": type(error).__name__, "message": str(error)[:2000]}}
         self.send(reply, buffers)
 
+    def grad(self, remote: Remote, args: tuple, upstream: Any, index: int | None = None) -> tuple[Any, list, str]:
+        """Call ``remote`` on ``args`` (float tensors get ``requires_grad``) and back-propagate ``upstream``.
+
+        Returns (the result, the gradient of each argument or None, why there are none).
+        """
+        buffers: list[bytes] = []
+        header = {"op": "grad", "output_limit": self.output_limit, "target": object.__getattribute__(remote, "_ref"),
+                  "args": P.encode(tuple(args), buffers, self._other), "kwargs": {"dict": []},
+                  "upstream": P.encode(upstream, buffers, self._other), "index": index}
+        self.calls += 1
+        self.send(header, buffers)
+        reply, data = self._wait()
+        result = self.value(reply, data)
+        if not reply.get("differentiable"):
+            return result, [None] * len(args), str(reply.get("why", ""))
+        grads = self.decode(reply.get("grads"), data)
+        if not isinstance(grads, dict):
+            raise SandboxLost("protocol", "gradients that are not a dictionary")
+        return result, [grads.get(str(i)) for i in range(len(args))], ""
+
     # -- steps --------------------------------------------------------------------------------------------------
 
     def start_step(self, seconds: float) -> None:

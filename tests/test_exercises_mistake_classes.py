@@ -1,0 +1,168 @@
+"""The mistake classes that once passed the checks (issue 10), one wrong answer each, for every exercise it applies to.
+
+Each mutant is a solution with one mistake: a hard-coded argument (``pad_id`` always 0), ``key`` used where
+``value`` belongs, the wrong type for the track (a NumPy array, a list or a Python number where a tensor is
+specified), a lost gradient, a string for a count, and structure the exercise asks for (encode once). Each must fail
+with a message that names it. The last test runs two of them through the grader, whose proxies must keep the
+type and the gradient of what the student's code returned.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from keras import ops
+
+from companion.checks import CheckFailed, run_check
+from companion.grade import FAILED, PASSED, grade
+from companion.notebook_code import load_definitions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _solutions(chapter: str) -> dict:
+    return load_definitions(ROOT / "solutions" / f"{chapter}.md")
+
+
+CH1, CH2, CH3, CH4 = (_solutions(c) for c in ("01_text_as_numbers", "02_attention", "03_multihead_attention",
+                                              "04_masking"))
+CH5, CH6, CH7 = (_solutions(c) for c in ("05_positional_encoding", "06_add_and_norm", "07_full_model"))
+
+
+def _as_numpy(fn):
+    """The right values, returned as NumPy arrays where the track specifies its own tensors."""
+
+    def wrapped(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        if isinstance(result, tuple):
+            return tuple(ops.convert_to_numpy(r) if not isinstance(r, torch.Tensor) else r.detach().numpy()
+                         for r in result)
+        return result.detach().numpy() if isinstance(result, torch.Tensor) else ops.convert_to_numpy(result)
+
+    return wrapped
+
+
+def _pad_zero(batch, length, pad_id=0):
+    return CH1["pad_batch"](batch, length, 0)
+
+
+def _pad_list(batch, length, pad_id=0):
+    return CH1["pad_batch"](batch, length, pad_id).tolist()
+
+
+def _mha_key_as_value(query, key, value, params, num_heads, mask=None):
+    return CH3["multi_head_attention_torch"](query, key, key, params, num_heads, mask)
+
+
+def _padding_mask_ints(ids, pad_id=0):
+    return CH4["padding_mask_torch"](ids, pad_id).long()
+
+
+def _loss_float(logits, labels, smoothing, pad_id):
+    return float(CH7["label_smoothed_loss_torch"](logits, labels, smoothing, pad_id))
+
+
+def _loss_detached(logits, labels, smoothing, pad_id):
+    return CH7["label_smoothed_loss_torch"](logits, labels, smoothing, pad_id).detach()
+
+
+def _count_string(*config):
+    return str(CH7["count_parameters"](*config))
+
+
+def _encoder_layer_float(d_model, d_ff, num_heads):
+    return float(CH6["encoder_layer_parameters"](d_model, d_ff, num_heads))
+
+
+def _greedy_reencode(model, src_ids, bos_id, eos_id, max_len):
+    class Again:
+        """Encodes the source again before every step."""
+
+        pad_id, max_len = model.pad_id, model.max_len
+
+        def encode(self, src):
+            return model.encode(src)
+
+        def decode(self, tgt, memory, mask):
+            memory, mask = model.encode(src_ids)
+            return model.decode(tgt, memory, mask)
+
+    return CH7["greedy_decode_torch"](Again(), src_ids, bos_id, eos_id, max_len)
+
+
+MUTANTS = [
+    ("pad_batch", _pad_zero, "the padding is always 0: pad with the `pad_id` argument"),
+    ("pad_batch", _pad_list, "should return a NumPy array; got list"),
+    ("embed_torch", _as_numpy(CH1["embed_torch"]), "should be a torch.Tensor; got ndarray"),
+    ("embed_keras", _as_numpy(CH1["embed_keras"]), "should be a Keras tensor"),
+    ("attention_torch", _as_numpy(CH2["attention_torch"]), "should be a torch.Tensor; got ndarray"),
+    ("attention_keras", _as_numpy(CH2["attention_keras"]), "should be a Keras tensor"),
+    ("split_heads_torch", _as_numpy(CH3["split_heads_torch"]), "should be a torch.Tensor"),
+    ("merge_heads_keras", _as_numpy(CH3["merge_heads_keras"]), "should be a Keras tensor"),
+    ("multi_head_attention_torch", _mha_key_as_value, "projected from `key`"),
+    ("multi_head_attention_keras", _as_numpy(CH3["multi_head_attention_keras"]), "should be a Keras tensor"),
+    ("padding_mask_torch", _padding_mask_ints, "should be boolean"),
+    ("padding_mask_keras", _as_numpy(CH4["padding_mask_keras"]), "should be a Keras tensor"),
+    ("causal_mask_torch", _as_numpy(CH4["causal_mask_torch"]), "should be a torch.Tensor"),
+    ("masked_attention_torch", _as_numpy(CH4["masked_attention_torch"]), "should be a torch.Tensor"),
+    ("encoder_input_torch", _as_numpy(CH5["encoder_input_torch"]), "should be a torch.Tensor"),
+    ("encoder_input_keras", _as_numpy(CH5["encoder_input_keras"]), "should be a Keras tensor"),
+    ("label_smoothed_loss_torch", _loss_float, "cannot be differentiated.*the output is a float"),
+    ("label_smoothed_loss_torch", _loss_detached, "cannot be differentiated"),
+    ("label_smoothed_loss_keras", _as_numpy(CH7["label_smoothed_loss_keras"]), "should be a Keras tensor"),
+    ("count_parameters", _count_string, "should return an integer; got str '"),
+    ("encoder_layer_parameters", _encoder_layer_float, "whole number \\(an int\\); got float"),
+    ("greedy_decode_torch", _greedy_reencode, "called model.encode \\d+ times: encode the source once"),
+]
+
+
+@pytest.mark.parametrize("exercise_id, wrong, message", MUTANTS,
+                         ids=[f"{m[0]}-{i}" for i, m in enumerate(MUTANTS)])
+def test_each_mistake_class_is_named(exercise_id, wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        run_check(exercise_id, wrong)
+
+
+def test_messages_show_where_the_largest_difference_is():
+    def off_by_one(ids, num_words):
+        out = np.eye(num_words + 1, dtype=np.float32)[ids]
+        out[0, 1, 2] += 1.0
+        return out
+
+    with pytest.raises(CheckFailed, match=r"largest difference 1 at index \(0, 1, 2\): got \d\.?\d*, expected \d"):
+        run_check("one_hot_batch", off_by_one)
+
+
+_BLOCK = r"(def {symbol}\(.*?\n[ \t]*### BEGIN SOLUTION[^\n]*\n).*?(^[ \t]*### END SOLUTION)"
+
+
+def _mutate(tmp_path: Path, chapter: str, symbol: str, body: str) -> Path:
+    text = (ROOT / "solutions" / f"{chapter}.md").read_text(encoding="utf-8")
+    text, count = re.compile(_BLOCK.format(symbol=symbol), re.S | re.M).subn(lambda m: m[1] + body + m[2], text)
+    assert count == 1
+    folder = tmp_path / symbol
+    folder.mkdir()
+    path = folder / f"{chapter}.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_types_and_gradients_survive_the_grader(tmp_path):
+    """Through the sandbox: a detached residual and a loss turned into a float fail; the rest of each passes."""
+    residual = _mutate(tmp_path, "06_add_and_norm", "pre_ln_sublayer_torch",
+                       "    return x.detach() + sublayer(norm(x))\n")
+    loss = _mutate(tmp_path, "07_full_model", "label_smoothed_loss_torch",
+                   "    return float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()))\n")
+    report = grade([residual, loss], tracks=["torch"])
+    first, second = report.notebooks
+    result = first.result("pre_ln_sublayer_torch")
+    assert (result.status, result.reason) == (FAILED, "wrong"), result
+    assert "residual path must stay in the graph" in result.message
+    result = second.result("label_smoothed_loss_torch")
+    assert result.status == FAILED and result.reason in ("wrong", "shortcut"), result
+    assert all(r.status == PASSED for r in first.exercises + second.exercises
+               if r.id not in ("pre_ln_sublayer_torch", "label_smoothed_loss_torch") and r.track != "keras")
