@@ -3,12 +3,58 @@
 Each chapter has a module ``companion.checks.chNN`` whose checker functions are registered with
 :func:`exercise`. A checker receives the student's object (a function or a class), calls it on seeded random
 inputs of several shapes, compares with the companion's reference and raises :class:`CheckFailed` (an
-``AssertionError``) with a message that names the likely mistake.
+``AssertionError``) with a message that names the likely mistake. The list of chapters is the registry's: a new
+module ``chNN.py`` counts as a chapter the grader expects, with no other registration.
 
 In a notebook::
 
     from companion.checks import check
     check("pad_batch", pad_batch)
+
+How to write a checker
+----------------------
+
+::
+
+    from companion.checks import call, exercise, expect_close, rng, to_numpy
+    from companion.checks.tracks import converter, expect_type, tolerance
+
+    @exercise("08_chapter", "my_layer_torch", "what it computes, in a few words", track="torch",
+              shortcuts=("torch.nn.functional.scaled_dot_product_attention",))
+    def check_my_layer_torch(my_layer_torch) -> None:
+        generator = rng(80)
+        for batch, length in [(2, 5), (1, 1), (3, 7)]:       # vary every argument the exercise takes
+            x = generator.standard_normal((batch, length, 8)).astype(np.float32)
+            result = call(my_layer_torch, *converter("torch")(x), pad_id=3)
+            expect_close(result, expected_of(x), f"my_layer_torch(x {x.shape})",
+                         mistakes={"the likely mistake, in words": wrong_of(x)}, **tolerance("torch"))
+            expect_type(result, "torch", "the result of my_layer_torch", "float")
+
+In the notebook the checker gets the student's real object. In the grader it gets a **proxy** of it: the
+student's code runs in another, sandboxed process and the checker stays in the trusted one. A checker written as
+above works in both, because the proxy supports exactly this:
+
+- **calling** it (``answer(*args, **kwargs)``, or ``call(answer, ...)``, which also turns the student's exception
+  into a message with its line): the arguments may be ``None``, numbers, strings, lists, tuples, dicts, sets,
+  NumPy arrays and scalars, torch tensors and Keras tensors (sent as data, with dtype and ``requires_grad``), other
+  proxies, and any other object of the checker's (a scripted model, a ``torch.nn.LayerNorm``, a lambda): those
+  stay in the trusted process and the student's code calls them back (public attributes and calls only);
+- the **result** comes back as the same kind of data (a list stays a list, a NumPy array an array, a tensor a
+  tensor of its dtype; ``torch.Size`` and named tuples become tuples) or, for anything else (an instance of the
+  student's class, a layer, a ``torch.nn.Parameter``, a Keras variable), as another proxy;
+- **reading and setting attributes** (``layer.wq``, ``layer.wq.weight.shape``, ``layer.wq.weight.copy_(w)``,
+  ``dense.kernel.assign(w)``; ``copy_`` on a parameter runs without autograd), and ``isinstance(proxy,
+  torch.nn.Linear)``, ``keras.layers.Dense``, ... for framework classes; ``__name__`` is the student's name;
+- **gradients** through :func:`companion.checks.tracks.torch_gradients` (not ``.backward()`` on a result, which
+  is a copy: the backward pass must run where the graph is);
+- **nothing else**: no ``len()``, iteration, arithmetic or comparison on a proxy itself (call it, or read its
+  attributes, and work on the data that comes back), no module-level state shared with the student's code, no
+  access to the student's globals. Objects passed in are copies: a checker that needs the student's code to see
+  a change must pass the object again.
+
+:func:`expect_type` failures are deferred (:func:`defer`) until the checker's value comparisons are done, so a
+known mistake is named before a type problem. ``tests/test_grader.py`` grades every solution and every stub
+through the grader, which shows at once whether a new checker works through the proxy.
 """
 
 from __future__ import annotations
