@@ -447,3 +447,19 @@ def test_extra_checks_fail_without_revealing_the_case(tmp_path):
         bad = tmp_path / "bad.py"
         bad.write_text("def check_nothing(answer):\n    pass\n", encoding="utf-8")
         grade([tmp_path / "right"], extra_checks=bad)
+
+
+def test_a_new_chapter_is_expected_without_other_registration(tmp_path, monkeypatch):
+    import companion.checks as checks
+    from companion.grade.runner import expected_chapters
+
+    (tmp_path / "ch97.py").write_text(
+        "from companion.checks import exercise\n\n\n@exercise('97_new_chapter', 'new_answer', 'a new exercise')\n"
+        "def check_new_answer(new_answer):\n    assert new_answer(2) == 4\n", encoding="utf-8")
+    monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
+    try:
+        assert "97_new_chapter" in expected_chapters(None)
+        assert expected_chapters(["97"]) == ["97_new_chapter"]
+    finally:
+        checks._REGISTRY.pop("new_answer", None)
+        sys.modules.pop("companion.checks.ch97", None)

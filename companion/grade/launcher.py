@@ -41,6 +41,9 @@ _TAIL_BYTES = 4000
 _counter = iter(range(1, 10**9))
 #: The student processes running now (several when notebooks are graded side by side).
 _LIVE: set[int] = set()
+#: Held while a student process is started and while strays are collected, so one thread's new process is never
+#: taken for another's stray.
+_SPAWN = threading.Lock()
 
 
 def become_subreaper() -> bool:
@@ -255,16 +258,18 @@ class Child:
             cgroup.join()
 
         env = child_environment()
+        _SPAWN.acquire()
         try:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=(to_child_r, from_child_w),
                 start_new_session=True, preexec_fn=prepare, env=env, close_fds=True,
                 cwd=str(notebook.resolve().parent) if (notebook is not None and not sandbox) else None,
             )
+            _LIVE.add(self.process.pid)
         finally:
+            _SPAWN.release()
             for fd in (to_child_r, from_child_w, out_w):
                 os.close(fd)
-        _LIVE.add(self.process.pid)
         self.out = out_r
         self.reader_thread = threading.Thread(target=self._drain, daemon=True)
         self.reader_thread.start()
@@ -328,7 +333,8 @@ class Child:
     def reap(self) -> None:
         """Kill and wait for the processes re-parented to the grader since this child started (setsid, forks)."""
         for _ in range(100):
-            strays = _children_of(os.getpid()) - self.before - _LIVE - {self.process.pid}
+            with _SPAWN:
+                strays = _children_of(os.getpid()) - self.before - _LIVE - {self.process.pid}
             if not strays:
                 return
             for stray in strays:
