@@ -166,3 +166,19 @@ def test_types_and_gradients_survive_the_grader(tmp_path):
     assert result.status == FAILED and result.reason in ("wrong", "shortcut"), result
     assert all(r.status == PASSED for r in first.exercises + second.exercises
                if r.id not in ("pre_ln_sublayer_torch", "label_smoothed_loss_torch") and r.track != "keras")
+
+
+def _detached(fn):
+    def wrapped(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        return tuple(r.detach() for r in result) if isinstance(result, tuple) else result.detach()
+
+    return wrapped
+
+
+@pytest.mark.parametrize("exercise_id, chapter", [("embed_torch", CH1), ("attention_torch", CH2),
+                                                  ("multi_head_attention_torch", CH3),
+                                                  ("masked_attention_torch", CH4)])
+def test_a_detached_result_loses_its_gradient(exercise_id, chapter):
+    with pytest.raises(CheckFailed, match="no gradient reaches argument"):
+        run_check(exercise_id, _detached(chapter[exercise_id]))

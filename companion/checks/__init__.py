@@ -11,10 +11,7 @@ In a notebook::
     from companion.checks import check
     check("pad_batch", pad_batch)
 
-How to write a checker
-----------------------
-
-::
+**How to write a checker.** ::
 
     from companion.checks import call, exercise, expect_close, rng, to_numpy
     from companion.checks.tracks import converter, expect_type, tolerance

@@ -6,7 +6,7 @@ import numpy as np
 
 from companion import text
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy, type_name
-from companion.checks.tracks import EMBEDDING_SHORTCUTS, expect_type
+from companion.checks.tracks import EMBEDDING_SHORTCUTS, expect_differentiable, expect_type
 
 CHAPTER = "01_text_as_numbers"
 
@@ -129,6 +129,8 @@ def _check_embedding(embed, to_framework, name: str, track: str = "numpy") -> No
             },
         )
         expect_type(answer, track, f"the result of {name}", "float")
+        if track == "torch":
+            expect_differentiable(embed, to_framework(ids, table), f"{name}(ids, table)", (1,))
 
 
 @exercise(CHAPTER, "embed_torch", "embedding as one-hot @ table, times sqrt(d_model), in PyTorch", track="torch",

@@ -19,6 +19,7 @@ CHAPTER = "02_attention"
 from companion.checks.tracks import (  # noqa: E402, F401 - one home for the helpers; re-exported for old imports
     ATTENTION_SHORTCUTS,
     converter,
+    expect_differentiable,
     expect_type,
     output_pair,
     to_keras,
@@ -146,6 +147,8 @@ def _check_attention(attention, track: str, name: str) -> None:
         answer = call(attention, *converter(track)(q, k, v))
         check_attention_pair(answer, variants, f"{name}(q {q.shape}, k {k.shape}, v {v.shape})", **tolerance(track),
                              track=track)
+        if track == "torch":
+            expect_differentiable(attention, converter(track)(q, k, v), f"{name}(q {q.shape}, k, v)", (0, 1, 2), 0)
 
 
 @exercise(CHAPTER, "attention_torch", "softmax(q k^T / sqrt(d_k)) v with its weights, in PyTorch", track="torch",

@@ -8,7 +8,14 @@ import numpy as np
 
 from companion import reference
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, expect_type, output_pair, tolerance
+from companion.checks.tracks import (
+    ATTENTION_SHORTCUTS,
+    converter,
+    expect_differentiable,
+    expect_type,
+    output_pair,
+    tolerance,
+)
 
 CHAPTER = "04_masking"
 
@@ -202,6 +209,8 @@ def _check_masked_attention(masked_attention, track: str, name: str) -> None:
         )
         expect_type(answer[0], track, f"the output of {what}", "float")
         expect_type(answer[1], track, f"the weights of {what}", "float")
+        if track == "torch" and not half:
+            expect_differentiable(masked_attention, converter(track)(q, k, v, mask), what, (0, 1, 2), 0)
         if half and to_numpy(answer[0]).dtype != np.float16:
             raise CheckFailed(f"{what}: float16 inputs should give a float16 output; got {to_numpy(answer[0]).dtype}")
 

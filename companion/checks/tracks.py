@@ -130,5 +130,23 @@ def torch_gradients(fn: Any, args: tuple, upstream: Any, index: int | None = Non
     if not output.requires_grad:
         return result, [None] * len(args), ("the output does not depend on the inputs through autograd (detached, "
                                             "or computed outside torch)")
-    output.backward(torch.as_tensor(upstream, dtype=output.dtype))
+    output.backward(torch.ones_like(output) if upstream is None else torch.as_tensor(upstream, dtype=output.dtype))
     return result, [getattr(a, "grad", None) for a in prepared], ""
+
+
+def expect_differentiable(fn: Any, args: tuple, what: str, inputs: tuple[int, ...], index: int | None = None) -> None:
+    """The gradient of the output (``index`` of several) reaches each float tensor argument listed in ``inputs``.
+
+    Catches a ``.detach()``, a ``torch.no_grad()`` or a NumPy round trip inside a torch answer.
+    """
+    from companion.checks import call
+
+    result, grads, why = call(torch_gradients, fn, args, None, index)
+    if why.startswith("the output is a"):
+        return  # not a tensor at all: expect_type names that
+    for position in inputs:
+        grad = grads[position]
+        if grad is None or not bool(np.isfinite(to_numpy(grad)).all()):
+            raise CheckFailed(f"{what}: no gradient reaches argument {position + 1}; the computation must stay in "
+                              "torch's graph (no .detach(), no torch.no_grad(), no NumPy round trip)"
+                              + (f" ({why})" if why else ""))

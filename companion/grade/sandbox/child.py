@@ -319,7 +319,7 @@ class Server:
         parameters = dict(target.named_parameters()) if isinstance(target, torch.nn.Module) else {}
         for parameter in parameters.values():
             parameter.grad = None
-        output.backward(torch.as_tensor(upstream, dtype=output.dtype))
+        output.backward(torch.ones_like(output) if upstream is None else torch.as_tensor(upstream, dtype=output.dtype))
         grads = {str(i): args[i].grad for i in watched}
         params = {name: p.grad for name, p in parameters.items()}
         return {"value": self.encode(result, buffers), "differentiable": True,
