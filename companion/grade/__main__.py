@@ -72,6 +72,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "class":  # grade a whole class: companion/grade/classroom.py
+        from .classroom import main as class_main
+        return class_main(argv[1:])
     args = parser().parse_args(argv)
     printed: dict[int, str] = {}
     next_index = [0]
