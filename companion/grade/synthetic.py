@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import random
 import re
 import sys
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chapters", help="comma-separated chapter names (default: every chapter)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the tables of chapters 2-4 and 7 import Keras
     chapters = [c.strip() for c in args.chapters.split(",") if c.strip()] if args.chapters else None
     manifest = build_class(args.dest, args.students, chapters, args.seed)
     print(f"wrote {len(manifest)} students into {args.dest}")
