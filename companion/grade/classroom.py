@@ -30,6 +30,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -43,6 +44,11 @@ NOTEBOOK_SUFFIXES = (".md", ".ipynb")
 STARTUP_ALLOWANCE = 300.0
 _LOG_LIMIT = 200_000
 _OWN_FILES = {"classroom.py", "gradebook.py", "synthetic.py"}
+
+
+_RUNNING: set[subprocess.Popen] = set()  # the graders running now, stopped on Ctrl-C
+_LOCK = threading.Lock()
+_CANCELLED = threading.Event()
 
 
 @dataclass
@@ -165,13 +171,23 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
     with log.open("wb") as output:
         output.write(("$ " + shlex.join(command) + "\n").encode())
         output.flush()
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                   env=env, start_new_session=True)
+        with _LOCK:
+            if _CANCELLED.is_set():
+                return None, "interrupted"
+            # Its own session: Ctrl-C reaches the class grader only, which then stops every grader it started.
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                       env=env, start_new_session=True)
+            _RUNNING.add(process)
         try:
             code = process.wait(limit)
         except subprocess.TimeoutExpired:
             _stop(process)
             return None, f"grading did not finish within {limit:g} s (the grader was stopped)"
+        finally:
+            with _LOCK:
+                _RUNNING.discard(process)
+        if _CANCELLED.is_set():
+            return None, "interrupted"
     if log.stat().st_size > _LOG_LIMIT:
         data = log.read_bytes()
         log.write_bytes(data[: _LOG_LIMIT // 2] + b"\n[... cut ...]\n" + data[-_LOG_LIMIT // 2:])
@@ -243,8 +259,8 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
     jobs = jobs or os.cpu_count() or 1
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1; got {jobs}")
-    students = students_in(Path(submissions))
     out = Path(out)
+    students = [s for s in students_in(Path(submissions)) if s.resolve() != out.resolve()]
     names: dict[str, str] = {}  # student -> folder name under out/students, unique
     for student in students:
         base = candidate = gradebook.safe_name(student.name)
@@ -257,7 +273,9 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
     from tqdm import tqdm
 
     bar = tqdm(total=len(students), unit="student", disable=not progress, file=sys.stderr, dynamic_ncols=True)
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    _CANCELLED.clear()
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         futures = {pool.submit(grade_student, s, out / "students" / names[s.name], settings, code, force,
                                chapters_flag): s for s in students}
         for future in as_completed(futures):
@@ -270,7 +288,16 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
             outcomes[student.name] = outcome
             bar.set_postfix_str(f"{student.name}{' (unchanged)' if outcome.cached else ''}", refresh=False)
             bar.update()
-    bar.close()
+    except KeyboardInterrupt:
+        _CANCELLED.set()
+        with _LOCK:
+            running = list(_RUNNING)
+        for process in running:
+            _stop(process)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
     ordered = [outcomes[s.name] for s in students]
     cols = gradebook.columns(settings, [o.report for o in ordered])
     grades = [gradebook.student_grades(o.student, o.report, o.note, settings, cols) for o in ordered]

@@ -20,6 +20,7 @@ own material, so the expected grade of every exercise is known in advance:
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -96,6 +97,20 @@ def mutants_by_exercise(chapters: list[str]) -> dict[str, list[str]]:
     return found
 
 
+def _called_elsewhere(symbol: str, text: str) -> bool:
+    """Another function or class of the notebook uses ``symbol``: a wrong ``symbol`` would make it fail too."""
+    for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M):
+        try:
+            tree = ast.parse(cell)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name != symbol and any(
+                    isinstance(inner, ast.Name) and inner.id == symbol for inner in ast.walk(node)):
+                return True
+    return False
+
+
 def _code_cell(source: str) -> str:
     return f"\n```{{code-cell}} ipython3\n{source.rstrip()}\n```\n"
 
@@ -134,14 +149,15 @@ def build_student(folder: Path, kind: str, chapters: list[str], rng: random.Rand
             text = make_exercise(text, target.name)
             passing = dict.fromkeys(passing, False)
         elif kind == "mutant":
-            candidates = [e for e in items if mutants.get(e.id)]
+            candidates = [e for e in items if mutants.get(e.id) and not _called_elsewhere(e.symbol, text)]
             wrong = rng.sample(candidates, k=min(2, len(candidates)))
             for item in wrong:
                 text += _code_cell(f"from companion.grade.synthetic import {rng.choice(mutants[item.id])} "
                                    f"as {item.symbol}")
                 passing[item.id] = False
         elif kind == "endless" and chapter == broken_chapter:
-            looping = next(e for e in items if re.search(rf"^def {e.symbol}\(", text, re.M))
+            looping = next(e for e in items if re.search(rf"^def {e.symbol}\(", text, re.M)
+                           and not _called_elsewhere(e.symbol, text))
             text += _code_cell(f"def {looping.symbol}(*args, **kwargs):\n    while True:\n        pass")
             passing[looping.id] = False
         elif kind == "not_utf8" and chapter == broken_chapter:
