@@ -25,6 +25,11 @@ from pathlib import Path
 
 from companion.exercises import CODE_BLOCK, PROSE_BLOCK
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 #: Shipped: files under these folders, and these files.
 INCLUDE_DIRS = ("notebooks", "exercises", "companion", "book", "data")
@@ -115,6 +120,22 @@ def shipped(name: str) -> bool:
     return name in INCLUDE_FILES or name.split("/", 1)[0] in INCLUDE_DIRS
 
 
+def instructor_files(source: Path = ROOT) -> set[str]:
+    """Files the instructor file names (its extra checks): never shipped, wherever they are."""
+    path = source / "grading.toml"
+    if not path.exists():
+        return set()
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    extra = data.get("grading", {}).get("extra_checks")
+    if not extra:
+        return set()
+    target = (source / str(extra)).resolve()
+    try:
+        return {target.relative_to(source.resolve()).as_posix()}
+    except ValueError:  # outside the course: not shipped anyway
+        return set()
+
+
 def _normal(text: str) -> str:
     return " ".join(text.split())
 
@@ -165,7 +186,8 @@ def build_release(dest: str | Path, source: Path = ROOT) -> list[str]:
     if dest.resolve() == source.resolve() or source.resolve() in dest.resolve().parents and \
             dest.resolve().relative_to(source.resolve()).parts[0] in INCLUDE_DIRS:
         raise ValueError(f"dest must not be inside a folder the release copies; got {dest}")
-    names = [name for name in source_files(source) if shipped(name)]
+    hidden = instructor_files(source)
+    names = [name for name in source_files(source) if shipped(name) and name not in hidden]
     missing = [name for name in INCLUDE_FILES if name not in names]
     if missing:
         raise ValueError(f"the course at {source} lacks {', '.join(missing)}")

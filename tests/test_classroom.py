@@ -201,3 +201,16 @@ def test_the_synthetic_builder_refuses_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="kind must be one of"):
         synthetic.build_student(tmp_path, "genius", [CHAPTER], random.Random(0))
     assert json.loads(json.dumps(synthetic.mutants_by_exercise([CHAPTER])))["pad_batch"]
+
+
+def test_due_notebooks_are_chosen_by_chapter(tmp_path):
+    for name in ("01_text_as_numbers.md", "02_attention.md", "02_attention.ipynb", "08_hidden.md", "notes.txt"):
+        (tmp_path / name).write_text("", encoding="utf-8")
+    chosen = classroom.notebooks_to_grade(tmp_path, Settings(chapters=["02_attention"]))
+    assert [p.name for p in chosen] in (["02_attention.md"], ["02_attention.ipynb"])  # the newer of the two
+    every = classroom.notebooks_to_grade(tmp_path, Settings())
+    assert {p.stem for p in every} == {"01_text_as_numbers", "02_attention"}
+    extra = tmp_path / "extra.py"
+    extra.write_text("", encoding="utf-8")
+    with_extra = classroom.notebooks_to_grade(tmp_path, Settings(extra_checks=extra))
+    assert "08_hidden.md" in {p.name for p in with_extra}  # extra checks may add chapters: every notebook

@@ -104,3 +104,11 @@ def test_the_release_book_builds(built, tmp_path):
     pages = {p.relative_to(book / "_build/html").as_posix() for p in (book / "_build/html").rglob("*.html")}
     assert {"book/intro.html", "book/grading.html", "notebooks/04_masking.html"} <= pages
     assert not any(p.startswith(("solutions/", "exercises/")) for p in pages)
+
+
+def test_the_instructors_extra_checks_are_never_shipped(tmp_path):
+    assert release.instructor_files(tmp_path) == set()
+    (tmp_path / "grading.toml").write_text('[grading]\nextra_checks = "companion/checks/hidden.py"\n', encoding="utf-8")
+    assert release.instructor_files(tmp_path) == {"companion/checks/hidden.py"}
+    (tmp_path / "grading.toml").write_text('[grading]\nextra_checks = "../elsewhere.py"\n', encoding="utf-8")
+    assert release.instructor_files(tmp_path) == set()

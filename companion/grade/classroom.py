@@ -67,13 +67,18 @@ def notebook_folder(student: Path, settings: Settings) -> Path:
 
 def notebooks_to_grade(folder: Path, settings: Settings) -> list[Path]:
     """The student's notebooks of the due chapters (of every chapter when none is named); ``.md`` or ``.ipynb``,
-    the more recently modified one when both exist."""
+    the more recently modified one when both exist.
+
+    With extra checks and no chapters named, every notebook: the extra checks may add chapters the course lacks.
+    """
     if not folder.is_dir():
         return []
     by_stem: dict[str, list[Path]] = {}
     for path in sorted(folder.iterdir()):
         if path.suffix in NOTEBOOK_SUFFIXES and path.is_file():
             by_stem.setdefault(path.stem, []).append(path)
+    if settings.chapters is None and settings.extra_checks is not None:
+        return [path for paths in by_stem.values() for path in paths]
     due = settings.chapters or gradebook.known_chapters()
     return [max(by_stem[c], key=lambda p: (p.stat().st_mtime, p.suffix == ".ipynb")) for c in due if c in by_stem]
 
@@ -154,7 +159,8 @@ def grade_student(student: Path, work: Path, settings: Settings, code: str, forc
         due = ", ".join(settings.chapters) if settings.chapters else "any chapter"
         note = f"no notebook of {due} in {folder.name}/" if folder.is_dir() else "the folder cannot be read"
     else:
-        report, note = _run_grader(files, work, settings, chapters_flag)
+        whole_folder = settings.chapters is None and settings.extra_checks is not None
+        report, note = _run_grader([folder] if whole_folder else files, work, settings, chapters_flag)
     if report is not None or not files:  # a grader that failed or was stopped is tried again next time
         stamp = {"key": key, "note": note, "report": report is not None, "files": [p.name for p in files],
                  "seconds": round(time.perf_counter() - start, 3)}
