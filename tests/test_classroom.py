@@ -25,7 +25,7 @@ from companion.grade.gradebook import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "01_text_as_numbers"
-KINDS = ("solution", "mutant", "endless", "not_utf8", "not_json", "empty")
+KINDS = ("solution", "mutant", "endless", "not_utf8", "not_json", "not_notebook", "empty")
 SETTINGS = dict(chapters=[CHAPTER], tracks=["numpy"], timeout=3.0)
 
 
@@ -35,8 +35,8 @@ def graded(tmp_path_factory):
     submissions = root / "submissions"
     manifest = synthetic.build_class(submissions, students=len(KINDS), chapters=[CHAPTER], kinds=KINDS)
     # A folder name that a spreadsheet would read as a formula.
-    (submissions / "student006-empty").rename(submissions / "=1+1")
-    manifest["=1+1"] = manifest.pop("student006-empty")
+    (submissions / "student007-empty").rename(submissions / "=1+1")
+    manifest["=1+1"] = manifest.pop("student007-empty")
     out = root / "out"
     grades, outcomes = classroom.grade_class(submissions, out, Settings(**SETTINGS), jobs=2, progress=False)
     return submissions, out, manifest, grades, outcomes
@@ -64,6 +64,7 @@ def test_every_student_gets_a_row_with_the_expected_points(graded):
     assert "did not finish within 3 s" in rows["student003-endless"]["note"]
     assert "not UTF-8" in rows["student004-not_utf8"]["note"]
     assert "not valid JSON" in rows["student005-not_json"]["note"]
+    assert "no answer is defined" in rows["student006-not_notebook"]["note"]
     assert "no notebook of 01_text_as_numbers" in rows["=1+1"]["note"]
     assert not any(o.cached for o in outcomes)
 

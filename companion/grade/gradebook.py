@@ -172,6 +172,10 @@ class StudentGrades:
                           if g.reason == "missing" and g.message.startswith("no notebook")})
         parts = [f"missing notebook{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"] if missing else []
         parts += [p for p in self.problems if "cannot grade this notebook" in p]
+        handed_in = {g.chapter for g in self.grades} - set(missing)
+        for chapter in sorted(handed_in):
+            if all(g.reason == "missing" for g in self.grades if g.chapter == chapter):
+                parts.append(f"{chapter}: no answer is defined (is it the exercise notebook?)")
         parts += [f"{g.exercise}: {g.message}" for g in self.grades if g.reason in ("timeout", "crash", "tampered")]
         return "; ".join(parts)
 

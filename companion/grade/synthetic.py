@@ -10,8 +10,8 @@ own material, so the expected grade of every exercise is known in advance:
   ``from companion.grade.synthetic import mutant_ch02_04_17 as attention_torch``, and this module's
   ``__getattr__`` finds entry 17 of that test module's table of typical mistakes);
 - broken students: ``missing`` (some notebooks absent), ``empty`` (no notebook at all), ``not_utf8`` (a notebook
-  saved as Latin-1), ``not_json`` (an ``.ipynb`` cut off in the middle) and ``endless`` (an answer that loops
-  forever).
+  saved as Latin-1), ``not_json`` (an ``.ipynb`` cut off in the middle), ``not_notebook`` (a ``.md`` with prose
+  and no code) and ``endless`` (an answer that loops forever).
 
 ``python -m companion.grade.synthetic DEST [--students N] [--chapters A,B]`` writes a class and its manifest
 (``DEST/manifest.json``: per student, its kind and the exercises expected to pass).
@@ -41,7 +41,8 @@ MUTANT_MODULES = {
     "ch05_06": "test_exercises_ch05_06",
     "ch07": "test_exercises_ch07",
 }
-KINDS = ("solution", "mutant", "stubs", "mutant", "missing", "mutant", "not_utf8", "empty", "not_json", "endless")
+KINDS = ("solution", "mutant", "stubs", "mutant", "missing", "mutant", "not_utf8", "empty", "not_json", "endless",
+         "not_notebook")
 _MUTANT_NAME = re.compile(r"^mutant_(?P<key>[a-z0-9_]+?)_(?P<index>\d+)$")
 
 
@@ -165,6 +166,9 @@ def build_student(folder: Path, kind: str, chapters: list[str], rng: random.Rand
                 "latin-1", "replace"))
             passing = dict.fromkeys(passing, False)
             target = None
+        elif kind == "not_notebook" and chapter == broken_chapter:
+            text = "# My answers\n\nI wrote them in answers.docx, next to this file.\n"
+            passing = dict.fromkeys(passing, False)
         elif kind == "not_json" and chapter == broken_chapter:
             (notebooks / f"{chapter}.ipynb").write_text('{"cells": [{"cell_type": "code", "sou', encoding="utf-8")
             passing = dict.fromkeys(passing, False)
