@@ -140,13 +140,24 @@ def test_the_command_line_reads_the_instructor_file(graded, tmp_path):
     assert bad.returncode == 2 and "tracks must be among" in bad.stderr
 
 
-def test_a_student_whose_grading_never_ends_is_stopped(tmp_path):
+@pytest.mark.parametrize("script, note", [
+    # A grader that never ends, with a child of its own: both are stopped.
+    ("import subprocess, time; subprocess.Popen(['sleep', '61.25']); time.sleep(60)", "did not finish within 1 s"),
+    ("raise SystemExit(3)", "the grader failed (exit status 3; it wrote no report)"),
+    ("import sys; open(sys.argv[1], 'w').write('[1, 2')", "its report is unusable"),
+])
+def test_a_grader_that_hangs_or_fails_costs_one_row_and_is_tried_again(tmp_path, monkeypatch, script, note):
     submissions = tmp_path / "submissions"
-    synthetic.build_class(submissions, students=1, chapters=[CHAPTER], kinds=("solution",))
-    settings = Settings(**SETTINGS, student_timeout=0.5)
-    grades, outcomes = classroom.grade_class(submissions, tmp_path / "out", settings, jobs=1, progress=False)
-    assert grades[0].total == 0 and "did not finish within 0.5 s" in grades[0].summary
+    synthetic.build_class(submissions, students=2, chapters=[CHAPTER], kinds=("solution", "empty"))
+    monkeypatch.setattr(classroom, "grader_command",
+                        lambda files, work, *_: [sys.executable, "-c", script, str(work / "report.json")])
+    settings = Settings(**SETTINGS, student_timeout=1.0)
+    grades, outcomes = classroom.grade_class(submissions, tmp_path / "out", settings, jobs=2, progress=False)
+    assert grades[0].total == 0 and note in grades[0].summary
+    assert "no notebook" in grades[1].summary
     assert not (tmp_path / "out" / "students" / "student001-solution" / "stamp.json").exists()  # tried again next time
+    left = subprocess.run(["pgrep", "-f", "sleep 61.25"], capture_output=True, text=True)
+    assert left.stdout == ""
 
 
 def test_the_example_instructor_file_and_its_errors(tmp_path):
