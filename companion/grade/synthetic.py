@@ -153,6 +153,8 @@ def build_student(folder: Path, kind: str, chapters: list[str], rng: random.Rand
             candidates = [e for e in items if mutants.get(e.id) and not _called_elsewhere(e.symbol, text)]
             wrong = rng.sample(candidates, k=min(2, len(candidates)))
             for item in wrong:
+                # A stub first: should the import fail (say, a sandbox that hides tests/), the answer still fails.
+                text += _code_cell(f"def {item.symbol}(*args, **kwargs):\n    raise NotImplementedError")
                 text += _code_cell(f"from companion.grade.synthetic import {rng.choice(mutants[item.id])} "
                                    f"as {item.symbol}")
                 passing[item.id] = False
