@@ -10,7 +10,7 @@ JOBS   ?= 2
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export PYTHONHASHSEED ?= 0
 
-.PHONY: help install book book-all test test-fast lint exercises notebooks clean grade
+.PHONY: help install book book-all test test-fast lint exercises notebooks clean grade release
 
 help:
 	@echo "make book       build the HTML book into _build/html, executing every notebook"
@@ -20,6 +20,7 @@ help:
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make grade      grade your exercises/ (TRACK=torch or TRACK=keras for one framework)"
 	@echo "make notebooks  write .ipynb copies of every MyST notebook (for classic Jupyter)"
+	@echo "make release DEST=DIR  write the student release (no solutions, no tests) into a new folder"
 	@echo "make lint       ruff"
 
 $(STAMP): pyproject.toml
@@ -57,6 +58,11 @@ exercises: $(STAMP)
 
 grade: $(STAMP)
 	$(PY) -m companion.grade exercises $(if $(TRACK),--track $(TRACK))
+
+# The student edition: chapters, exercises, companion, book, grading workflow; no solutions/ and no tests/.
+release: $(STAMP)
+	@test -n "$(DEST)" || (echo "usage: make release DEST=../course-student (a new or empty folder)" && exit 2)
+	$(PY) -m companion.release "$(DEST)"
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --to ipynb notebooks/*.md solutions/*.md exercises/*.md

@@ -104,7 +104,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    # (room for sub-commands, e.g. `python -m companion.grade class DIR`, dispatched before parsing)
+    if argv and argv[0] == "class":  # grade a whole class: companion/grade/classroom.py
+        from .classroom import main as class_main
+        return class_main(argv[1:])
     args = parser().parse_args(argv)
     printed: dict[int, str] = {}
     next_index = [0]

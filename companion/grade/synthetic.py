@@ -1,0 +1,220 @@
+"""A synthetic class of students, for the class grader's tests and benchmark (a development tool; not shipped).
+
+``build_class(dest, students=40)`` writes ``dest/STUDENT/exercises/*.md``: every student is made from the course's
+own material, so the expected grade of every exercise is known in advance:
+
+- ``solution``: the reference answers (every exercise passes);
+- ``stubs``: the generated exercise notebooks (every exercise fails: not implemented);
+- ``mutant``: the reference answers with a few answers replaced by the typical mistakes committed in
+  ``tests/test_exercises*.py`` (the mistakes are imported from there, never copied: a notebook cell reads
+  ``from companion.grade.synthetic import mutant_ch02_04_17 as attention_torch``, and this module's
+  ``__getattr__`` finds entry 17 of that test module's table of typical mistakes);
+- broken students: ``missing`` (some notebooks absent), ``empty`` (no notebook at all), ``not_utf8`` (a notebook
+  saved as Latin-1), ``not_json`` (an ``.ipynb`` cut off in the middle), ``not_notebook`` (a ``.md`` with prose
+  and no code) and ``endless`` (an answer that loops forever).
+
+``python -m companion.grade.synthetic DEST [--students N] [--chapters A,B]`` writes a class and its manifest
+(``DEST/manifest.json``: per student, its kind and the exercises expected to pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import random
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from companion.checks import exercises_for, registry
+from companion.exercises import make_exercise
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Key in a mutant's name -> the test module that holds its table of typical mistakes.
+MUTANT_MODULES = {
+    "ch01": "test_exercises",
+    "ch02_04": "test_exercises_ch02_04",
+    "ch05_06": "test_exercises_ch05_06",
+    "ch07": "test_exercises_ch07",
+}
+KINDS = ("solution", "mutant", "stubs", "mutant", "missing", "mutant", "not_utf8", "empty", "not_json", "endless",
+         "not_notebook")
+_MUTANT_NAME = re.compile(r"^mutant_(?P<key>[a-z0-9_]+?)_(?P<index>\d+)$")
+
+
+def mutant_table(key: str) -> list[tuple[str, Any]]:
+    """(exercise id, wrong answer) for every typical mistake of one test module, in the module's order."""
+    if key not in MUTANT_MODULES:
+        raise ValueError(f"key must be one of {', '.join(MUTANT_MODULES)}; got {key!r}")
+    # Cached in sys.modules, not in a global of this module: the grader watches every global of the companion.
+    name = f"_synthetic_mistakes_{key}"
+    module = sys.modules.get(name)
+    if module is None:
+        path = ROOT / "tests" / f"{MUTANT_MODULES[key]}.py"
+        if not path.exists():
+            raise ValueError(f"the typical mistakes live in {path}, which is missing (a student release has no tests)")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    marks = [m for m in module.test_typical_mistakes_are_named.pytestmark if m.name == "parametrize"]
+    argnames, argvalues = marks[0].args[:2]
+    factory = "make_wrong" in argnames  # chapters 5-6 store factories, called once per test
+    return [(case[0], case[1]() if factory else case[1]) for case in argvalues]
+
+
+def __getattr__(name: str) -> Any:
+    """``from companion.grade.synthetic import mutant_ch01_3`` returns typical mistake 3 of tests/test_exercises.py."""
+    match = _MUTANT_NAME.match(name)
+    if not match:
+        raise AttributeError(name)
+    table = mutant_table(match["key"])
+    index = int(match["index"])
+    if index >= len(table):
+        raise AttributeError(f"{name}: the table has {len(table)} entries")
+    return table[index][1]
+
+
+def mutant_key(chapter: str) -> str:
+    """The key of the test module that holds the typical mistakes of ``chapter`` (``02_attention`` -> ``ch02_04``)."""
+    number = int(chapter.split("_", 1)[0])
+    for key in MUTANT_MODULES:
+        first, _, last = key[2:].partition("_")
+        if int(first) <= number <= int(last or first):
+            return key
+    raise ValueError(f"no table of typical mistakes covers chapter {chapter!r}")
+
+
+def mutants_by_exercise(chapters: list[str]) -> dict[str, list[str]]:
+    """Exercise id -> the importable names of its typical mistakes, for the exercises of ``chapters``."""
+    found: dict[str, list[str]] = {}
+    for key in dict.fromkeys(mutant_key(chapter) for chapter in chapters):
+        for index, (exercise_id, _) in enumerate(mutant_table(key)):
+            found.setdefault(exercise_id, []).append(f"mutant_{key}_{index}")
+    return found
+
+
+def _called_elsewhere(symbol: str, text: str) -> bool:
+    """Another function or class of the notebook uses ``symbol``: a wrong ``symbol`` would make it fail too."""
+    for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M):
+        try:
+            tree = ast.parse(cell)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name != symbol and any(
+                    isinstance(inner, ast.Name) and inner.id == symbol for inner in ast.walk(node)):
+                return True
+    return False
+
+
+def _code_cell(source: str) -> str:
+    return f"\n```{{code-cell}} ipython3\n{source.rstrip()}\n```\n"
+
+
+def _chapters(chapters: list[str] | None) -> list[str]:
+    known = sorted({e.chapter for e in registry().values()})
+    chosen = known if chapters is None else list(chapters)
+    unknown = [c for c in chosen if c not in known]
+    if unknown:
+        raise ValueError(f"chapters must be among {', '.join(known)}; got {', '.join(unknown)}")
+    return chosen
+
+
+def build_student(folder: Path, kind: str, chapters: list[str], rng: random.Random,
+                  solutions: Path = ROOT / "solutions") -> dict[str, bool]:
+    """Write one student of ``kind`` into ``folder/exercises``; return exercise id -> expected to pass."""
+    if kind not in set(KINDS):
+        raise ValueError(f"kind must be one of {', '.join(sorted(set(KINDS)))}; got {kind!r}")
+    notebooks = folder / "exercises"
+    notebooks.mkdir(parents=True, exist_ok=True)
+    expected: dict[str, bool] = {}
+    if kind == "empty":
+        return {e.id: False for chapter in chapters for e in exercises_for(chapter)}
+    mutants = mutants_by_exercise(chapters) if kind == "mutant" else {}
+    dropped = set(rng.sample(chapters, max(1, len(chapters) // 2))) if kind == "missing" else set()
+    broken_chapter = rng.choice(chapters)
+    for chapter in chapters:
+        items = exercises_for(chapter)
+        text = (solutions / f"{chapter}.md").read_text(encoding="utf-8")
+        passing = {e.id: True for e in items}
+        target = notebooks / f"{chapter}.md"
+        if chapter in dropped:
+            passing = dict.fromkeys(passing, False)
+            target = None
+        elif kind == "stubs":
+            text = make_exercise(text, target.name)
+            passing = dict.fromkeys(passing, False)
+        elif kind == "mutant":
+            candidates = [e for e in items if mutants.get(e.id) and not _called_elsewhere(e.symbol, text)]
+            wrong = rng.sample(candidates, k=min(2, len(candidates)))
+            for item in wrong:
+                # A stub first: should the import fail (say, a sandbox that hides tests/), the answer still fails.
+                text += _code_cell(f"def {item.symbol}(*args, **kwargs):\n    raise NotImplementedError")
+                text += _code_cell(f"from companion.grade.synthetic import {rng.choice(mutants[item.id])} "
+                                   f"as {item.symbol}")
+                passing[item.id] = False
+        elif kind == "endless" and chapter == broken_chapter:
+            looping = next(e for e in items if re.search(rf"^def {e.symbol}\(", text, re.M)
+                           and not _called_elsewhere(e.symbol, text))
+            text += _code_cell(f"def {looping.symbol}(*args, **kwargs):\n    while True:\n        pass")
+            passing[looping.id] = False
+        elif kind == "not_utf8" and chapter == broken_chapter:
+            (notebooks / target.name).write_bytes((text + "\n<!-- Saved by an old editor: café -->\n").encode(
+                "latin-1", "replace"))
+            passing = dict.fromkeys(passing, False)
+            target = None
+        elif kind == "not_notebook" and chapter == broken_chapter:
+            text = "# My answers\n\nI wrote them in answers.docx, next to this file.\n"
+            passing = dict.fromkeys(passing, False)
+        elif kind == "not_json" and chapter == broken_chapter:
+            (notebooks / f"{chapter}.ipynb").write_text('{"cells": [{"cell_type": "code", "sou', encoding="utf-8")
+            passing = dict.fromkeys(passing, False)
+            target = None
+        if target is not None:
+            target.write_text(text, encoding="utf-8")
+        expected.update(passing)
+    return expected
+
+
+def build_class(dest: str | Path, students: int = 40, chapters: list[str] | None = None, seed: int = 0,
+                kinds: tuple[str, ...] = KINDS) -> dict[str, dict]:
+    """Write ``students`` students into ``dest`` (cycling through ``kinds``); return and write the manifest.
+
+    The manifest maps each student to ``{"kind": ..., "expected": {exercise id: expected to pass}}`` for the
+    exercises of ``chapters`` (default: every chapter).
+    """
+    if students < 1:
+        raise ValueError(f"students must be at least 1; got {students}")
+    chosen = _chapters(chapters)
+    dest = Path(dest)
+    rng = random.Random(seed)
+    manifest = {}
+    for number in range(students):
+        kind = kinds[number % len(kinds)]
+        name = f"student{number + 1:03d}-{kind}"
+        manifest[name] = {"kind": kind, "expected": build_student(dest / name, kind, chosen, rng)}
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m companion.grade.synthetic", description=__doc__.splitlines()[0])
+    parser.add_argument("dest", type=Path, help="folder to write the class into")
+    parser.add_argument("--students", type=int, default=40)
+    parser.add_argument("--chapters", help="comma-separated chapter names (default: every chapter)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the tables of chapters 2-4 and 7 import Keras
+    chapters = [c.strip() for c in args.chapters.split(",") if c.strip()] if args.chapters else None
+    manifest = build_class(args.dest, args.students, chapters, args.seed)
+    print(f"wrote {len(manifest)} students into {args.dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
