@@ -150,6 +150,7 @@ def transformer_parameter_count(
     num_layers: int = 6,
     d_ff: int = 2048,
     norm_first: bool = False,
+    shared_embeddings: bool = False,
 ) -> int:
     """Trainable parameters of ``companion.torch.Transformer`` / ``companion.keras.Transformer``, by formula.
 
@@ -163,6 +164,10 @@ def transformer_parameter_count(
     * an encoder layer = 1 attention + FFN + 2 LayerNorms; a decoder layer = 2 attentions + FFN + 3 LayerNorms;
     * pre-LN stacks end with one more LayerNorm each;
     * the output projection: ``d_model * tgt_vocab_size + tgt_vocab_size``.
+
+    With ``shared_embeddings`` (one joint vocabulary, ``src_vocab_size == tgt_vocab_size``) the two embeddings
+    and the output projection's weight are one ``vocab_size x d_model`` table, counted once; the output layer
+    keeps only its bias.
     """
     for name, value in {"src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size, "d_model": d_model,
                         "num_layers": num_layers, "d_ff": d_ff}.items():
@@ -174,8 +179,16 @@ def transformer_parameter_count(
     encoder_layer = attention + ffn + 2 * norm
     decoder_layer = 2 * attention + ffn + 3 * norm
     final_norms = 2 * norm if norm_first else 0
-    embeddings = (src_vocab_size + tgt_vocab_size) * d_model
-    generator = d_model * tgt_vocab_size + tgt_vocab_size
+    if shared_embeddings:
+        if src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                "shared_embeddings=True needs one joint vocabulary: src_vocab_size must equal tgt_vocab_size; got "
+                f"{src_vocab_size} and {tgt_vocab_size}"
+            )
+        embeddings, generator = src_vocab_size * d_model, tgt_vocab_size
+    else:
+        embeddings = (src_vocab_size + tgt_vocab_size) * d_model
+        generator = d_model * tgt_vocab_size + tgt_vocab_size
     return embeddings + num_layers * (encoder_layer + decoder_layer) + final_norms + generator
 
 

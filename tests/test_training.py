@@ -102,6 +102,11 @@ def test_parameter_count_matches_both_frameworks(norm_first):
     # The base configuration with 37000 tokens on each side and separate tables (counted by hand: 2 embeddings
     # 37,888,000 + 6 encoder layers of 3,152,384 + 6 decoder layers of 4,204,032 + output layer 18,981,000).
     assert training.transformer_parameter_count(37000, 37000) == 101_007_496
+    # Section 3.4's sharing: one 37000 x 512 table (18,944,000) for both embeddings and the output weight, plus
+    # the output bias (37,000): 63,119,496, the paper's "65M" for the base model.
+    assert training.transformer_parameter_count(37000, 37000, shared_embeddings=True) == 63_119_496
+    with pytest.raises(ValueError, match="src_vocab_size must equal tgt_vocab_size"):
+        training.transformer_parameter_count(10, 12, shared_embeddings=True)
     with pytest.raises(ValueError, match="d_ff"):
         training.transformer_parameter_count(10, 10, d_ff=0)
 
