@@ -245,3 +245,70 @@ def beam_search_from_scores(
     pool = finished or alive
     _, best = max(pool, key=lambda item: normalized(item[0], len(item[1]) - 1))
     return best[1:]
+
+
+def batch_beam_search_from_scores(
+    next_log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    batch_size: int,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int = 50,
+    length_penalty: float = 0.6,
+) -> list[list[int]]:
+    """:func:`beam_search_from_scores` for ``batch_size`` sentences at once: one model call per step for all.
+
+    Every sentence keeps its own beams, finished hypotheses and stopping rule, exactly as in the one-sentence
+    version, so the results are the same; only the scoring is batched: at each step the live prefixes of all
+    unfinished sentences (they all have the same length) go to the model together.
+
+    Args:
+        next_log_probs: ``(prefixes (n, steps) int array, rows (n,) int array)`` -> ``(n, vocab)`` next-token
+            log-probabilities, where ``rows[i]`` is the sentence (0 to ``batch_size - 1``) prefix ``i`` belongs to.
+        batch_size: number of sentences.
+
+    Returns:
+        per sentence, the best token ids after ``<s>`` (see :func:`beam_search_from_scores`).
+    """
+    if beam_size < 1 or max_len < 1 or batch_size < 1:
+        raise ValueError(
+            f"batch_size, beam_size and max_len must be positive; got {batch_size}, {beam_size}, {max_len}"
+        )
+
+    def normalized(score: float, length: int) -> float:
+        return score / ((5.0 + length) / 6.0) ** length_penalty
+
+    alive: list[list[tuple[float, list[int]]]] = [[(0.0, [bos_id])] for _ in range(batch_size)]
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch_size)]
+    done = [False] * batch_size
+    for _ in range(max_len):
+        open_rows = [b for b in range(batch_size) if not done[b]]
+        if not open_rows:
+            break
+        rows = np.array([b for b in open_rows for _ in alive[b]], dtype=np.int64)
+        prefixes = np.array([tokens for b in open_rows for _, tokens in alive[b]], dtype=np.int64)
+        log_probs = np.asarray(next_log_probs(prefixes, rows))
+        if log_probs.ndim != 2 or log_probs.shape[0] != len(rows):
+            raise ValueError(f"next_log_probs must return (prefixes={len(rows)}, vocab); got {log_probs.shape}")
+        start = 0
+        for b in open_rows:
+            count = len(alive[b])
+            totals = np.array([score for score, _ in alive[b]])[:, None] + log_probs[start : start + count]
+            start += count
+            order = np.argsort(-totals, axis=None, kind="stable")
+            alive_next = []
+            for flat in order[: 2 * beam_size]:  # at most beam_size of these can end, so enough stay alive
+                beam, token = divmod(int(flat), totals.shape[1])
+                candidate = (float(totals[beam, token]), alive[b][beam][1] + [token])
+                if token == eos_id:
+                    finished[b].append(candidate)
+                elif len(alive_next) < beam_size:
+                    alive_next.append(candidate)
+            alive[b] = alive_next
+            done[b] = len(finished[b]) >= beam_size or not alive_next
+    results = []
+    for b in range(batch_size):
+        pool = finished[b] or alive[b]
+        _, best = max(pool, key=lambda item: normalized(item[0], len(item[1]) - 1))
+        results.append(best[1:])
+    return results
