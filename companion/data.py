@@ -11,7 +11,15 @@ to do more than copy words one by one:
 * the plural indefinite article ``des`` becomes ``de`` when an adjective stands before the noun:
   ``some cars`` -> ``des voitures`` but ``some big cars`` -> ``de grandes voitures``;
 * verbs agree with the subject: ``the dog sleeps`` -> ``le chien dort``, ``the dogs sleep`` -> ``les chiens dorment``;
-* negation wraps the verb: ``the dog does not sleep`` -> ``le chien ne dort pas``, ``is not`` -> ``n'est pas``.
+* negation wraps the verb: ``the dog does not sleep`` -> ``le chien ne dort pas``, ``is not`` -> ``n'est pas``;
+* optionally (``numbers=...``), a cardinal number from 2 to 99 replaces the determiner of a plural noun phrase,
+  spelled out by ``num2words`` in both languages with the hyphens written as spaces, so the French number is
+  built from the same parts by different rules: ``seventy eight black cats`` -> ``soixante dix huit chats
+  noirs``, ``twenty one houses`` -> ``vingt et une maisons`` (the "one" agrees with a feminine noun).
+
+:func:`held_out_corpus` adds two test sets that measure generalisation rather than memory: sentences longer than
+every training sentence, and sentences with numbers that never occur in training (although each of their words
+does, in other numbers).
 
 Everything is deterministic given a seed, and the train, validation and test splits never share a source
 sentence (so they never share a pair either: the translation is a function of the source).
@@ -19,6 +27,7 @@ sentence (so they never share a pair either: the translation is a function of th
 
 from __future__ import annotations
 
+import functools
 import random
 import unicodedata
 from collections import Counter
@@ -95,6 +104,36 @@ TRANSITIVE_VERBS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+#: Numbers that can stand as determiners of a plural noun phrase.
+NUMBERS: tuple[int, ...] = tuple(range(2, 100))
+#: The numbers kept out of the training sentences of :func:`held_out_corpus`: one per tens word, one per unit word
+#: (23 34 45 ... 89, then 91), so that every word they are made of still occurs in training, in other numbers.
+HELD_OUT_NUMBERS: tuple[int, ...] = (23, 34, 45, 56, 67, 78, 89, 91)
+
+
+def number_words(number: int, language: str = "en", gender: str = "m") -> list[str]:
+    """A cardinal number spelled out by ``num2words``, hyphens written as spaces, as a list of words.
+
+    >>> number_words(78), number_words(78, "fr"), number_words(21, "fr", gender="f")
+    (['seventy', 'eight'], ['soixante', 'dix', 'huit'], ['vingt', 'et', 'une'])
+    """
+    if language not in ("en", "fr"):
+        raise ValueError(f"language must be 'en' or 'fr'; got {language!r}")
+    if not isinstance(number, int) or number < 0:
+        raise ValueError(f"number must be a non-negative integer; got {number!r}")
+    words = list(_spelled(number, language))
+    if language == "fr" and gender == "f" and words[-1] == "un":
+        words[-1] = "une"
+    return words
+
+
+@functools.lru_cache(maxsize=1024)
+def _spelled(number: int, language: str) -> tuple[str, ...]:
+    from num2words import num2words  # slow enough (a few ms a call) to be worth the cache
+
+    return tuple(num2words(number, lang=language).replace("-", " ").split())
+
+
 def _form(forms: Sequence[str], gender: str, plural: bool) -> str:
     """Pick one of the four forms (m sg, f sg, m pl, f pl) of an adjective."""
     return forms[(2 if plural else 0) + (1 if gender == "f" else 0)]
@@ -119,12 +158,13 @@ def _lookup(table: Sequence[tuple[str, ...]], english: str, what: str) -> tuple[
 
 
 def noun_phrase(
-    determiner: str, noun: str, plural: bool = False, before: str | None = None, after: str | None = None
+    determiner: str | int, noun: str, plural: bool = False, before: str | None = None, after: str | None = None
 ) -> NounPhrase:
     """Build one noun phrase of the toy grammar from English words.
 
     Args:
-        determiner: ``"the"``, ``"a"``, ``"my"`` or ``"this"`` (their plurals are chosen from ``plural``).
+        determiner: ``"the"``, ``"a"``, ``"my"`` or ``"this"`` (their plurals are chosen from ``plural``), or a
+            number of :data:`NUMBERS` (then ``plural`` must be True).
         noun: an English noun of :data:`NOUNS` (singular form).
         plural: singular or plural.
         before: an adjective of :data:`ADJECTIVES_BEFORE` (it stays before the noun in French), or None.
@@ -134,6 +174,8 @@ def noun_phrase(
     >>> " ".join(phrase.english), " ".join(phrase.french)
     ('some big white cars', 'de grandes voitures blanches')
     """
+    if isinstance(determiner, int):
+        return _number_phrase(determiner, noun, plural, before, after)
     en_sg, en_pl, fr_sg, fr_pl, gender = _lookup(NOUNS, noun, "noun")
     det = _lookup(DETERMINERS, determiner, "determiner")
     adjective_before = _lookup(ADJECTIVES_BEFORE, before, "before") if before is not None else None
@@ -159,19 +201,42 @@ def noun_phrase(
     return NounPhrase(english, french, plural, gender)
 
 
-def _random_noun_phrase(rng: random.Random) -> NounPhrase:
-    """A random noun phrase: determiner, optional adjective before, noun, optional adjective after."""
+def _number_phrase(number: int, noun: str, plural: bool, before: str | None, after: str | None) -> NounPhrase:
+    """``noun_phrase`` with a cardinal number as its determiner."""
+    if number not in NUMBERS or not plural:
+        raise ValueError(
+            f"a number determiner must be one of {NUMBERS[0]}..{NUMBERS[-1]} with plural=True; got {number!r} "
+            f"and plural={plural}"
+        )
+    phrase = noun_phrase("the", noun, True, before, after)  # "the" and "les": one word each, replaced below
+    english = number_words(number, "en") + phrase.english[1:]
+    french = number_words(number, "fr", phrase.gender) + phrase.french[1:]
+    return NounPhrase(english, french, True, phrase.gender)
+
+
+#: How often a noun phrase gets a number as its determiner when numbers are on.
+NUMBER_RATE = 0.3
+
+
+def _random_noun_phrase(rng: random.Random, numbers: Sequence[int] = ()) -> NounPhrase:
+    """A random noun phrase: determiner (or, when ``numbers`` is not empty, sometimes one of them), optional
+    adjective before, noun, optional adjective after."""
     noun = rng.choice(NOUNS)[0]
-    determiner = rng.choice(DETERMINERS)[0]
+    determiner: str | int = rng.choice(DETERMINERS)[0]
     plural = rng.random() < 0.5
+    if numbers and rng.random() < NUMBER_RATE:  # no extra draw without numbers: the old corpora stay the same
+        determiner, plural = rng.choice(numbers), True
     before = rng.choice(ADJECTIVES_BEFORE)[0] if rng.random() < 0.5 else None
     after = rng.choice(ADJECTIVES_AFTER)[0] if rng.random() < 0.5 else None
     return noun_phrase(determiner, noun, plural, before, after)
 
 
-def toy_sentence_pair(rng: random.Random) -> Pair:
-    """One random (English, French-like) pair of the toy grammar; see the module docstring for its rules."""
-    subject = _random_noun_phrase(rng)
+def toy_sentence_pair(rng: random.Random, numbers: Sequence[int] = ()) -> Pair:
+    """One random (English, French-like) pair of the toy grammar; see the module docstring for its rules.
+
+    ``numbers``: the cardinal numbers a noun phrase may start with (none by default).
+    """
+    subject = _random_noun_phrase(rng, numbers)
     negative = rng.random() < 0.3
     kind = rng.choice(("intransitive", "transitive", "copula"))
     english, french = list(subject.english), list(subject.french)
@@ -195,14 +260,17 @@ def toy_sentence_pair(rng: random.Random) -> Pair:
             english.append(en_base if subject.plural else en_3sg)
             french.append(french_verb)
         if kind == "transitive":
-            obj = _random_noun_phrase(rng)
+            obj = _random_noun_phrase(rng, numbers)
             english += obj.english
             french += obj.french
     return " ".join(english), " ".join(french)
 
 
-def toy_translation_pairs(num_pairs: int, seed: int = 0) -> list[Pair]:
-    """``num_pairs`` pairs of the toy grammar with pairwise different sources, in a seeded random order."""
+def toy_translation_pairs(num_pairs: int, seed: int = 0, numbers: Sequence[int] = ()) -> list[Pair]:
+    """``num_pairs`` pairs of the toy grammar with pairwise different sources, in a seeded random order.
+
+    ``numbers``: the cardinal numbers a noun phrase may start with (none by default).
+    """
     if num_pairs < 1:
         raise ValueError(f"num_pairs must be a positive integer; got {num_pairs}")
     rng = random.Random(seed)
@@ -212,7 +280,7 @@ def toy_translation_pairs(num_pairs: int, seed: int = 0) -> list[Pair]:
         attempts += 1
         if attempts > 50 * num_pairs:
             raise ValueError(f"num_pairs={num_pairs} is more than the grammar produces in reasonable time")
-        source, target = toy_sentence_pair(rng)
+        source, target = toy_sentence_pair(rng, numbers)
         pairs.setdefault(source, target)
     return list(pairs.items())
 
@@ -261,6 +329,82 @@ def toy_corpus(num_train: int = 6000, num_validation: int = 500, num_test: int =
     """The chapter's data set: toy pairs split into train, validation and test with no shared source."""
     pairs = toy_translation_pairs(num_train + num_validation + num_test, seed)
     return split_pairs(pairs, num_validation, num_test, seed)
+
+
+@dataclass(frozen=True, repr=False)
+class HeldOutSplits(Splits):
+    """:class:`Splits` plus two test sets built to be out of the training distribution.
+
+    ``longer``: sentences with more source words than any training sentence (at most ``max_train_tokens`` there).
+    ``numbers``: sentences holding one of ``held_out_numbers``, numbers that occur in no training sentence.
+    ``numbers`` sentences are no longer than training ones, and ``longer`` ones hold no held-out number, so each
+    set tests one thing. ``test`` is drawn like ``train``.
+    """
+
+    longer: list[Pair]
+    numbers: list[Pair]
+    max_train_tokens: int
+    held_out_numbers: tuple[int, ...]
+
+    def __repr__(self) -> str:
+        return (
+            f"HeldOutSplits(train={len(self.train)}, validation={len(self.validation)}, test={len(self.test)}, "
+            f"longer={len(self.longer)}, numbers={len(self.numbers)})"
+        )
+
+
+def held_out_corpus(
+    num_train: int = 6000,
+    num_validation: int = 500,
+    num_test: int = 1000,
+    num_longer: int = 500,
+    num_numbers: int = 500,
+    max_train_tokens: int = 10,
+    held_out_numbers: Sequence[int] = HELD_OUT_NUMBERS,
+    seed: int = 0,
+) -> HeldOutSplits:
+    """The toy grammar with numbers, cut into training data and three test sets (see :class:`HeldOutSplits`).
+
+    Sentences are drawn (distinct sources) until every part is full: a sentence with a held-out number goes to
+    ``numbers`` if it has at most ``max_train_tokens`` source words (else nowhere), a longer one to ``longer``,
+    the rest to the pool that :func:`split_pairs` cuts into train, validation and test.
+    """
+    for name, value in {"num_train": num_train, "num_longer": num_longer, "num_numbers": num_numbers,
+                        "max_train_tokens": max_train_tokens}.items():
+        if value < 1:
+            raise ValueError(f"{name} must be a positive integer; got {value}")
+    held = tuple(held_out_numbers)
+    if not held or not set(held) < set(NUMBERS):
+        raise ValueError(f"held_out_numbers must be some, not all, of {NUMBERS[0]}..{NUMBERS[-1]}; got {held}")
+    seen_numbers = [n for n in NUMBERS if n not in held]
+    held_words = [" " + " ".join(number_words(n)) + " " for n in held]
+    rng = random.Random(seed)
+    wanted_pool = num_train + num_validation + num_test
+    pool: dict[str, str] = {}
+    longer: dict[str, str] = {}
+    numbers: dict[str, str] = {}
+    drawn: set[str] = set()
+    limit = 100 * (wanted_pool + num_longer + num_numbers)
+    while len(pool) < wanted_pool or len(longer) < num_longer or len(numbers) < num_numbers:
+        if len(drawn) > limit:
+            raise ValueError("the grammar does not produce enough sentences for these sizes")
+        # Three draws in two of four sentences come from all the numbers, so that held-out ones occur at all.
+        source, target = toy_sentence_pair(rng, NUMBERS if rng.random() < 0.5 else seen_numbers)
+        if source in drawn:
+            continue
+        drawn.add(source)
+        length = len(source.split())
+        if any(words in f" {source} " for words in held_words):
+            part, size = (numbers, num_numbers) if length <= max_train_tokens else (None, 0)
+        elif length > max_train_tokens:
+            part, size = longer, num_longer
+        else:
+            part, size = pool, wanted_pool
+        if part is not None and len(part) < size:
+            part[source] = target
+    splits = split_pairs(list(pool.items()), num_validation, num_test, seed)
+    return HeldOutSplits(splits.train, splits.validation, splits.test, list(longer.items()), list(numbers.items()),
+                         max_train_tokens, held)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -337,6 +481,18 @@ def build_vocabularies(pairs: Sequence[Pair], min_count: int = 1) -> tuple[Vocab
         tokens = [token for token in counts if counts[token] >= min_count]  # Counter keeps first-seen order
         vocabularies.append(Vocabulary(tokens, specials=(UNK, BOS, EOS)))
     return vocabularies[0], vocabularies[1]
+
+
+def build_joint_vocabulary(pairs: Sequence[Pair], min_count: int = 1) -> Vocabulary:
+    """One vocabulary for both sides (PAD=0, UNK, BOS, EOS, then words by first appearance, source side first).
+
+    This is what a Transformer with ``shared_embeddings=True`` needs: a word spelled the same in both languages
+    ("table") gets one id and one vector. Words seen fewer than ``min_count`` times become ``<unk>``.
+    """
+    if not pairs:
+        raise ValueError("pairs must hold at least one (source, target) pair")
+    counts = Counter(token for pair in pairs for side in pair for token in tokenize(side))
+    return Vocabulary([token for token in counts if counts[token] >= min_count], specials=(UNK, BOS, EOS))
 
 
 def encode_sentences(sentences: Sequence[str], vocab: Vocabulary, length: int | None = None) -> np.ndarray:

@@ -150,6 +150,7 @@ def transformer_parameter_count(
     num_layers: int = 6,
     d_ff: int = 2048,
     norm_first: bool = False,
+    shared_embeddings: bool = False,
 ) -> int:
     """Trainable parameters of ``companion.torch.Transformer`` / ``companion.keras.Transformer``, by formula.
 
@@ -163,6 +164,10 @@ def transformer_parameter_count(
     * an encoder layer = 1 attention + FFN + 2 LayerNorms; a decoder layer = 2 attentions + FFN + 3 LayerNorms;
     * pre-LN stacks end with one more LayerNorm each;
     * the output projection: ``d_model * tgt_vocab_size + tgt_vocab_size``.
+
+    With ``shared_embeddings`` (one joint vocabulary, ``src_vocab_size == tgt_vocab_size``) the two embeddings
+    and the output projection's weight are one ``vocab_size x d_model`` table, counted once; the output layer
+    keeps only its bias.
     """
     for name, value in {"src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size, "d_model": d_model,
                         "num_layers": num_layers, "d_ff": d_ff}.items():
@@ -174,8 +179,16 @@ def transformer_parameter_count(
     encoder_layer = attention + ffn + 2 * norm
     decoder_layer = 2 * attention + ffn + 3 * norm
     final_norms = 2 * norm if norm_first else 0
-    embeddings = (src_vocab_size + tgt_vocab_size) * d_model
-    generator = d_model * tgt_vocab_size + tgt_vocab_size
+    if shared_embeddings:
+        if src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                "shared_embeddings=True needs one joint vocabulary: src_vocab_size must equal tgt_vocab_size; got "
+                f"{src_vocab_size} and {tgt_vocab_size}"
+            )
+        embeddings, generator = src_vocab_size * d_model, tgt_vocab_size
+    else:
+        embeddings = (src_vocab_size + tgt_vocab_size) * d_model
+        generator = d_model * tgt_vocab_size + tgt_vocab_size
     return embeddings + num_layers * (encoder_layer + decoder_layer) + final_norms + generator
 
 
@@ -232,3 +245,70 @@ def beam_search_from_scores(
     pool = finished or alive
     _, best = max(pool, key=lambda item: normalized(item[0], len(item[1]) - 1))
     return best[1:]
+
+
+def batch_beam_search_from_scores(
+    next_log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    batch_size: int,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int = 50,
+    length_penalty: float = 0.6,
+) -> list[list[int]]:
+    """:func:`beam_search_from_scores` for ``batch_size`` sentences at once: one model call per step for all.
+
+    Every sentence keeps its own beams, finished hypotheses and stopping rule, exactly as in the one-sentence
+    version, so the results are the same; only the scoring is batched: at each step the live prefixes of all
+    unfinished sentences (they all have the same length) go to the model together.
+
+    Args:
+        next_log_probs: ``(prefixes (n, steps) int array, rows (n,) int array)`` -> ``(n, vocab)`` next-token
+            log-probabilities, where ``rows[i]`` is the sentence (0 to ``batch_size - 1``) prefix ``i`` belongs to.
+        batch_size: number of sentences.
+
+    Returns:
+        per sentence, the best token ids after ``<s>`` (see :func:`beam_search_from_scores`).
+    """
+    if beam_size < 1 or max_len < 1 or batch_size < 1:
+        raise ValueError(
+            f"batch_size, beam_size and max_len must be positive; got {batch_size}, {beam_size}, {max_len}"
+        )
+
+    def normalized(score: float, length: int) -> float:
+        return score / ((5.0 + length) / 6.0) ** length_penalty
+
+    alive: list[list[tuple[float, list[int]]]] = [[(0.0, [bos_id])] for _ in range(batch_size)]
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch_size)]
+    done = [False] * batch_size
+    for _ in range(max_len):
+        open_rows = [b for b in range(batch_size) if not done[b]]
+        if not open_rows:
+            break
+        rows = np.array([b for b in open_rows for _ in alive[b]], dtype=np.int64)
+        prefixes = np.array([tokens for b in open_rows for _, tokens in alive[b]], dtype=np.int64)
+        log_probs = np.asarray(next_log_probs(prefixes, rows))
+        if log_probs.ndim != 2 or log_probs.shape[0] != len(rows):
+            raise ValueError(f"next_log_probs must return (prefixes={len(rows)}, vocab); got {log_probs.shape}")
+        start = 0
+        for b in open_rows:
+            count = len(alive[b])
+            totals = np.array([score for score, _ in alive[b]])[:, None] + log_probs[start : start + count]
+            start += count
+            order = np.argsort(-totals, axis=None, kind="stable")
+            alive_next = []
+            for flat in order[: 2 * beam_size]:  # at most beam_size of these can end, so enough stay alive
+                beam, token = divmod(int(flat), totals.shape[1])
+                candidate = (float(totals[beam, token]), alive[b][beam][1] + [token])
+                if token == eos_id:
+                    finished[b].append(candidate)
+                elif len(alive_next) < beam_size:
+                    alive_next.append(candidate)
+            alive[b] = alive_next
+            done[b] = len(finished[b]) >= beam_size or not alive_next
+    results = []
+    for b in range(batch_size):
+        pool = finished[b] or alive[b]
+        _, best = max(pool, key=lambda item: normalized(item[0], len(item[1]) - 1))
+        results.append(best[1:])
+    return results

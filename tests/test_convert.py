@@ -225,3 +225,27 @@ def test_transformer_round_trip(norm_first):
     back = torch_model.Transformer(11, 13, **kwargs).eval()
     copy_weights(target, back)
     torch.testing.assert_close(back(torch.from_numpy(src), torch.from_numpy(tgt)), torch.from_numpy(expected))
+
+
+def test_transformer_with_shared_embeddings_round_trip():
+    torch_model = pytest.importorskip("companion.torch.model")
+    keras_model = pytest.importorskip("companion.keras.model")
+    kwargs = dict(d_model=16, num_heads=4, num_layers=1, d_ff=32, max_len=16, dropout=0.0, shared_embeddings=True)
+    src, tgt = np.array([[3, 4, 5, 0], [6, 7, 8, 9]]), np.array([[1, 2, 3], [1, 5, 0]])
+    torch.manual_seed(3)
+    source = torch_model.Transformer(12, 12, **kwargs).eval()
+    with torch.no_grad():
+        source.generator.bias.uniform_(-1, 1)
+    target = keras_model.Transformer(12, 12, **kwargs)
+    target(src, tgt)
+    copy_weights(source, target)  # the one table is written once per name that reaches it; all agree
+    expected = source(torch.from_numpy(src), torch.from_numpy(tgt)).detach().numpy()
+    np.testing.assert_allclose(ops.convert_to_numpy(target(src, tgt)), expected, atol=1e-4)
+    back = torch_model.Transformer(12, 12, **kwargs).eval()
+    copy_weights(target, back)
+    assert back.generator.embedding.weight is back.src_embed.embedding.weight  # still shared after the copy
+    torch.testing.assert_close(back(torch.from_numpy(src), torch.from_numpy(tgt)), torch.from_numpy(expected))
+    untied = keras_model.Transformer(12, 12, **{**kwargs, "shared_embeddings": False})
+    untied(src, tgt)
+    with pytest.raises(ValueError, match="generator"):  # a tied model and an untied one do not pair up
+        copy_weights(source, untied)

@@ -186,3 +186,90 @@ def test_trimmed_batches_drop_only_padding_columns():
     s, t = next(data.iterate_batches(src, tgt, 2, shuffle=False, trim=True))
     np.testing.assert_array_equal(s, src[:, :4])
     np.testing.assert_array_equal(t, tgt[:, :3])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Numbers and the held-out test sets
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_number_words_in_both_languages():
+    assert data.number_words(78) == ["seventy", "eight"]
+    assert data.number_words(78, "fr") == ["soixante", "dix", "huit"]
+    assert data.number_words(71, "fr") == ["soixante", "et", "onze"]
+    assert data.number_words(91, "fr") == ["quatre", "vingt", "onze"]
+    assert data.number_words(21, "fr") == ["vingt", "et", "un"]
+    assert data.number_words(21, "fr", gender="f") == ["vingt", "et", "une"]
+    assert data.number_words(81, "fr", gender="f") == ["quatre", "vingt", "une"]
+    assert data.number_words(11, "fr", gender="f") == ["onze"]
+    with pytest.raises(ValueError, match="language"):
+        data.number_words(3, "de")
+
+
+def test_noun_phrase_with_a_number():
+    phrase = data.noun_phrase(21, "house", plural=True, after="white")
+    assert " ".join(phrase.english) == "twenty one white houses"
+    assert " ".join(phrase.french) == "vingt et une maisons blanches"
+    phrase = data.noun_phrase(80, "dog", plural=True, before="big", after="black")
+    assert " ".join(phrase.french) == "quatre vingts grands chiens noirs"
+    with pytest.raises(ValueError, match="plural=True"):
+        data.noun_phrase(21, "house")
+    with pytest.raises(ValueError, match="number determiner"):
+        data.noun_phrase(100, "house", plural=True)
+
+
+def test_corpus_without_numbers_is_unchanged_by_the_number_option():
+    words = {w for n in data.NUMBERS for w in data.number_words(n)}
+    pairs = data.toy_translation_pairs(300, seed=3)
+    assert pairs == data.toy_translation_pairs(300, seed=3, numbers=())
+    assert not any(words & set(source.split()) for source, _ in pairs)
+    with_numbers = data.toy_translation_pairs(300, seed=3, numbers=data.NUMBERS)
+    assert any(words & set(source.split()) for source, _ in with_numbers)
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    return data.held_out_corpus(num_train=1500, num_validation=100, num_test=200, num_longer=100, num_numbers=100)
+
+
+def _has_number(sentence: str, numbers) -> bool:
+    return any(f" {' '.join(data.number_words(n))} " in f" {sentence} " for n in numbers)
+
+
+def test_held_out_corpus_parts(held_out):
+    s = held_out
+    assert (len(s.train), len(s.validation), len(s.test), len(s.longer), len(s.numbers)) == (1500, 100, 200, 100, 100)
+    assert repr(s).startswith("HeldOutSplits(train=1500")
+    parts = [s.train, s.validation, s.test, s.longer, s.numbers]
+    sources = [{source for source, _ in part} for part in parts]
+    assert sum(map(len, sources)) == len(set().union(*sources))  # no source in two parts
+    in_distribution = s.train + s.validation + s.test
+    assert max(len(source.split()) for source, _ in in_distribution) <= s.max_train_tokens
+    assert min(len(source.split()) for source, _ in s.longer) > s.max_train_tokens
+    assert max(len(source.split()) for source, _ in s.numbers) <= s.max_train_tokens
+    assert not any(_has_number(source, s.held_out_numbers) for source, _ in in_distribution + s.longer)
+    assert all(_has_number(source, s.held_out_numbers) for source, _ in s.numbers)
+    # Every word of the held-out sets occurs in training: what is new is the combination or the length.
+    src_vocab, tgt_vocab = data.build_vocabularies(s.train)
+    for source, target in s.longer + s.numbers:
+        assert src_vocab.unk_id not in src_vocab.encode(source) and tgt_vocab.unk_id not in tgt_vocab.encode(target)
+    assert data.held_out_corpus(num_train=1500, num_validation=100, num_test=200, num_longer=100,
+                                num_numbers=100).numbers == s.numbers  # deterministic
+
+
+def test_held_out_corpus_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="num_longer"):
+        data.held_out_corpus(num_longer=0)
+    with pytest.raises(ValueError, match="held_out_numbers"):
+        data.held_out_corpus(held_out_numbers=(100,))
+
+
+def test_joint_vocabulary_covers_both_sides(held_out):
+    vocab = data.build_joint_vocabulary(held_out.train)
+    src_vocab, tgt_vocab = data.build_vocabularies(held_out.train)
+    assert set(vocab.tokens) == set(src_vocab.tokens) | set(tgt_vocab.tokens)
+    assert len(vocab) < len(src_vocab) + len(tgt_vocab) - 4  # "table", "tables", "souris" ... are spelled alike
+    assert "table" in src_vocab.tokens and "table" in tgt_vocab.tokens  # one word, one id, one vector
+    assert vocab.tokens.count("table") == 1 and vocab.encode("table")[0] != vocab.unk_id
+    with pytest.raises(ValueError, match="pairs"):
+        data.build_joint_vocabulary([])

@@ -183,6 +183,81 @@ def test_transformer_parity_with_padding(norm_first):
     np.testing.assert_allclose(logits("keras", (torch_net, keras_net), SRC, TGT), expected, atol=MODEL_ATOL)
 
 
+def shared_pair(norm_first: bool = False, seed: int = 0):
+    """A torch and a Keras Transformer with one joint vocabulary and shared embeddings, same weights."""
+    torch.manual_seed(seed)
+    config = dict(d_model=D_MODEL, num_heads=NUM_HEADS, num_layers=NUM_LAYERS, d_ff=D_FF, max_len=MAX_LEN,
+                  dropout=0.0, norm_first=norm_first, shared_embeddings=True)
+    torch_net = torch_model.Transformer(TGT_VOCAB, TGT_VOCAB, **config)
+    randomize_norms(torch_net, seed)
+    with torch.no_grad():  # a non-zero output bias, so that forgetting it cannot go unnoticed
+        torch_net.generator.bias.copy_(0.5 * torch.randn(TGT_VOCAB))
+    torch_net.eval()
+    keras_net = keras_model.Transformer(TGT_VOCAB, TGT_VOCAB, **config)
+    return torch_net, keras_twin(torch_net, keras_net, SRC, TGT)
+
+
+@NORM
+def test_shared_embeddings_parity_with_reference(norm_first):
+    torch_net, keras_net = shared_pair(norm_first)
+    params = reference.transformer_params(torch_net)
+    assert set(params) == {"src_embed", "encoder", "decoder", "generator"} and set(params["generator"]) == {"b"}
+    expected = reference.transformer(SRC, TGT, params, NUM_HEADS, 0, norm_first, shared_embeddings=True)
+    np.testing.assert_allclose(logits("torch", (torch_net, keras_net), SRC, TGT), expected, atol=MODEL_ATOL)
+    np.testing.assert_allclose(logits("keras", (torch_net, keras_net), SRC, TGT), expected, atol=MODEL_ATOL)
+    from_keras = reference.transformer_params(keras_net)
+    np.testing.assert_allclose(
+        reference.transformer(SRC, TGT, from_keras, NUM_HEADS, 0, norm_first, shared_embeddings=True), expected,
+        atol=1e-6,
+    )
+
+
+def test_shared_embeddings_are_one_table_counted_once():
+    from companion.training import transformer_parameter_count
+
+    torch_net, keras_net = shared_pair()
+    expected = transformer_parameter_count(TGT_VOCAB, TGT_VOCAB, D_MODEL, NUM_LAYERS, D_FF, shared_embeddings=True)
+    untied = transformer_parameter_count(TGT_VOCAB, TGT_VOCAB, D_MODEL, NUM_LAYERS, D_FF)
+    assert untied - expected == 2 * TGT_VOCAB * D_MODEL  # two of the three tables are gone
+    assert sum(p.numel() for p in torch_net.parameters()) == expected
+    assert keras_net.count_params() == expected
+    assert torch_net.tgt_embed is torch_net.src_embed and keras_net.tgt_embed is keras_net.src_embed
+    assert torch_net.generator.embedding.weight is torch_net.src_embed.embedding.weight
+    assert keras_net.generator.embedding.embeddings is keras_net.src_embed.embedding.embeddings
+    # One table: changing the row of token 12 (in no input) through the embedding changes that token's logit only.
+    with torch.no_grad():
+        before = torch_net(torch.from_numpy(SRC), torch.from_numpy(TGT))
+        torch_net.src_embed.embedding.weight[12] += 1.0
+        after = torch_net(torch.from_numpy(SRC), torch.from_numpy(TGT))
+    changed = (after - before).abs().amax(dim=(0, 1))  # (vocab,): largest change per output token
+    assert float(changed[12]) > 0.1 and float(changed[:12].max()) == 0.0
+
+
+def test_shared_embeddings_gradient_reaches_the_table_from_both_ends():
+    torch_net, _ = shared_pair()
+    torch_net.train()
+    table = torch_net.src_embed.embedding.weight
+    out = torch_net(torch.from_numpy(SRC), torch.from_numpy(TGT))
+    (grad,) = torch.autograd.grad(out[..., 12].sum(), table)  # token 12 is in no input: only the output uses it
+    assert float(grad[12].abs().sum()) > 0 and float(grad[[9, 10, 11]].abs().sum()) == 0.0
+
+
+@FRAMEWORKS
+def test_shared_embeddings_need_one_vocabulary(framework):
+    module = torch_model if framework == "torch" else keras_model
+    with pytest.raises(ValueError, match="src_vocab_size must equal tgt_vocab_size; got 11 and 13"):
+        module.Transformer(SRC_VOCAB, TGT_VOCAB, D_MODEL, NUM_HEADS, 1, D_FF, MAX_LEN, shared_embeddings=True)
+
+
+def test_keras_file_round_trip_with_shared_embeddings(tmp_path):
+    _, keras_net = shared_pair()
+    path = tmp_path / "tied.keras"
+    keras_net.save(path)
+    clone = keras.saving.load_model(path)
+    assert clone.get_config()["shared_embeddings"] and clone.tgt_embed is clone.src_embed
+    np.testing.assert_array_equal(as_numpy(clone(SRC, TGT)), as_numpy(keras_net(SRC, TGT)))
+
+
 def test_reference_params_read_the_same_from_keras(models):
     from_torch, from_keras = (reference.transformer_params(m) for m in models)
     expected = reference.transformer(SRC, TGT, from_torch, NUM_HEADS)

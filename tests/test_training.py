@@ -102,6 +102,11 @@ def test_parameter_count_matches_both_frameworks(norm_first):
     # The base configuration with 37000 tokens on each side and separate tables (counted by hand: 2 embeddings
     # 37,888,000 + 6 encoder layers of 3,152,384 + 6 decoder layers of 4,204,032 + output layer 18,981,000).
     assert training.transformer_parameter_count(37000, 37000) == 101_007_496
+    # Section 3.4's sharing: one 37000 x 512 table (18,944,000) for both embeddings and the output weight, plus
+    # the output bias (37,000): 63,119,496, the paper's "65M" for the base model.
+    assert training.transformer_parameter_count(37000, 37000, shared_embeddings=True) == 63_119_496
+    with pytest.raises(ValueError, match="src_vocab_size must equal tgt_vocab_size"):
+        training.transformer_parameter_count(10, 12, shared_embeddings=True)
     with pytest.raises(ValueError, match="d_ff"):
         training.transformer_parameter_count(10, 10, d_ff=0)
 
@@ -276,6 +281,52 @@ def test_length_penalty_favours_longer_hypotheses():
     scorer = _table_scorer(table)
     assert training.beam_search_from_scores(scorer, 2, 3, beam_size=2, max_len=3, length_penalty=0.0) == [3]
     assert training.beam_search_from_scores(scorer, 2, 3, beam_size=2, max_len=3, length_penalty=1.0) == [4, 3]
+
+
+def test_batch_beam_search_equals_one_sentence_at_a_time():
+    # Three random scorers (a fixed table of log-probabilities per prefix), one per sentence of the batch.
+    rng = np.random.default_rng(0)
+    tables = [{} for _ in range(3)]
+
+    def scores(sentence, prefix):
+        key = tuple(int(t) for t in prefix)
+        if key not in tables[sentence]:
+            logits = rng.normal(size=7) * 2
+            logits[0] = -30.0  # never PAD
+            tables[sentence][key] = logits - np.log(np.exp(logits).sum())
+        return tables[sentence][key]
+
+    for alpha in (0.0, 0.6, 1.0):
+        batched = training.batch_beam_search_from_scores(
+            lambda prefixes, rows: np.array([scores(r, p) for p, r in zip(prefixes, rows, strict=True)]),
+            3, 2, 3, beam_size=3, max_len=8, length_penalty=alpha,
+        )
+        one_by_one = [
+            training.beam_search_from_scores(
+                lambda prefixes, b=b: np.array([scores(b, p) for p in prefixes]), 2, 3, 3, 8, alpha
+            )
+            for b in range(3)
+        ]
+        assert batched == one_by_one
+    with pytest.raises(ValueError, match="batch_size"):
+        training.batch_beam_search_from_scores(lambda p, r: None, 0, 2, 3)
+
+
+@pytest.mark.parametrize("framework", ["torch", "keras"])
+def test_batch_beam_search_matches_beam_search(framework):
+    torch.manual_seed(2)
+    keras.utils.set_random_seed(2)
+    src = np.array([[2, 5, 6, 7, 3], [2, 8, 3, 0, 0], [2, 9, 10, 3, 0]])
+    config = dict(d_model=16, num_heads=2, num_layers=1, d_ff=16, max_len=12, dropout=0.0)
+    if framework == "torch":
+        model = TorchTransformer(12, 12, **config)
+        one = torch_training.beam_search(model, src, 2, 3, beam_size=3, max_len=6).numpy()
+        batched = torch_training.batch_beam_search(model, src, 2, 3, beam_size=3, max_len=6).numpy()
+    else:
+        model = KerasTransformer(12, 12, **config)
+        one = ops.convert_to_numpy(keras_training.beam_search(model, src, 2, 3, beam_size=3, max_len=6))
+        batched = ops.convert_to_numpy(keras_training.batch_beam_search(model, src, 2, 3, beam_size=3, max_len=6))
+    np.testing.assert_array_equal(batched, one)
 
 
 @pytest.mark.parametrize("framework", ["torch", "keras"])

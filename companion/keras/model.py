@@ -308,6 +308,10 @@ class Transformer(keras.Model):
         dropout: one rate for every dropout in the model (0.1 in the paper).
         pad_id: the padding id, masked out as a key everywhere.
         norm_first: pre-LN layers (plus a final LayerNorm per stack) instead of the paper's post-LN.
+        shared_embeddings: share one weight matrix between the source embedding, the target embedding and the
+            pre-softmax linear layer, as in section 3.4 of the paper. Needs one joint vocabulary
+            (``src_vocab_size == tgt_vocab_size``); ``tgt_embed`` is then the same layer as ``src_embed`` and
+            ``generator`` is a :class:`TiedOutput` that multiplies by the transposed table and adds its own bias.
     """
 
     def __init__(
@@ -322,9 +326,11 @@ class Transformer(keras.Model):
         dropout: float = 0.1,
         pad_id: int = 0,
         norm_first: bool = False,
+        shared_embeddings: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        _check_shared(shared_embeddings, src_vocab_size, tgt_vocab_size)
         self.config = {
             "src_vocab_size": src_vocab_size,
             "tgt_vocab_size": tgt_vocab_size,
@@ -336,22 +342,30 @@ class Transformer(keras.Model):
             "dropout": dropout,
             "pad_id": pad_id,
             "norm_first": norm_first,
+            "shared_embeddings": shared_embeddings,
         }
         self.src_vocab_size, self.tgt_vocab_size, self.d_model = src_vocab_size, tgt_vocab_size, d_model
-        self.max_len, self.pad_id = max_len, pad_id
+        self.max_len, self.pad_id, self.shared_embeddings = max_len, pad_id, shared_embeddings
         self.src_embed = TokenEmbedding(src_vocab_size, d_model, name="src_embed")  # times sqrt(d_model)
-        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, name="tgt_embed")
+        self.tgt_embed = (
+            self.src_embed if shared_embeddings else TokenEmbedding(tgt_vocab_size, d_model, name="tgt_embed")
+        )
         self.positional = PositionalEncoding(d_model, max_len, dropout, name="positional")  # shared: no weights
         self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first, name="encoder")
         self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first, name="decoder")
-        self.generator = keras.layers.Dense(tgt_vocab_size, name="generator")
+        self.generator = (
+            TiedOutput(self.src_embed.embedding, name="generator")
+            if shared_embeddings
+            else keras.layers.Dense(tgt_vocab_size, name="generator")
+        )
 
     def build(self, src_ids_shape, tgt_ids_shape):
         _check_rank(src_ids_shape, "src_ids")
         _check_rank(tgt_ids_shape, "tgt_ids")
         src_shape, tgt_shape = (*src_ids_shape, self.d_model), (*tgt_ids_shape, self.d_model)
         self.src_embed.build(src_ids_shape)
-        self.tgt_embed.build(tgt_ids_shape)
+        if not self.tgt_embed.built:  # the same layer as src_embed when the embeddings are shared
+            self.tgt_embed.build(tgt_ids_shape)
         self.encoder.build(src_shape)
         self.decoder.build(tgt_shape, src_shape)
         self.generator.build(tgt_shape)
@@ -393,6 +407,39 @@ class Transformer(keras.Model):
 
     def get_config(self):
         return {**super().get_config(), **self.config}
+
+
+def _check_shared(shared_embeddings: bool, src_vocab_size: int, tgt_vocab_size: int) -> None:
+    if shared_embeddings and src_vocab_size != tgt_vocab_size:
+        raise ValueError(
+            "shared_embeddings=True needs one joint vocabulary: src_vocab_size must equal tgt_vocab_size; got "
+            f"{src_vocab_size} and {tgt_vocab_size}"
+        )
+
+
+@register
+class TiedOutput(keras.layers.Layer):
+    """The pre-softmax linear layer tied to an embedding table: ``logits = y @ table.T + bias``.
+
+    The table ``(vocab_size, d_model)`` belongs to ``embedding`` (a ``keras.layers.Embedding``) and is not
+    copied: a gradient from the logits and one from the embedding lookup update the same variable. Only the bias
+    ``(vocab_size,)`` is this layer's own. ``(batch, seq_len, d_model)`` -> ``(batch, seq_len, vocab_size)``.
+    The layer is created by :class:`Transformer`, which passes its own embedding (so it has no config of its own).
+    """
+
+    def __init__(self, embedding: keras.layers.Embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+        self.vocab_size = embedding.input_dim
+
+    def build(self, y_shape):
+        self.bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="bias")
+
+    def call(self, y):
+        return ops.matmul(y, ops.transpose(self.embedding.embeddings)) + self.bias
+
+    def compute_output_shape(self, y_shape):
+        return (*y_shape[:-1], self.vocab_size)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -18,7 +18,13 @@ from keras import ops
 
 from ..data import decode_ids, encode_sentences, iterate_batches
 from ..text import Vocabulary
-from ..training import beam_search_from_scores, progress_bar, shift_targets, warmup_learning_rate
+from ..training import (
+    batch_beam_search_from_scores,
+    beam_search_from_scores,
+    progress_bar,
+    shift_targets,
+    warmup_learning_rate,
+)
 from .device import default_device
 from .kv_cache import cached_beam_scorer, cross_attention_cache, decode_cached
 
@@ -371,8 +377,13 @@ def translate(
     tgt_vocab: Vocabulary,
     batch_size: int = 500,
     beam_size: int | None = None,
+    length_penalty: float = 0.6,
 ) -> list[str]:
-    """Translate sentences (strings) with greedy decoding, or beam search when ``beam_size`` is given."""
+    """Translate sentences (strings) with greedy decoding, or beam search when ``beam_size`` is given.
+
+    Beam search runs on whole batches (:func:`batch_beam_search`) and ranks finished hypotheses by their
+    log-probability divided by ``((5 + length) / 6) ** length_penalty`` (0: no length normalization).
+    """
     outputs: list[str] = []
     with keras.device(default_device()):
         for start in range(0, len(sentences), batch_size):
@@ -380,6 +391,45 @@ def translate(
             if beam_size is None:
                 ids = greedy_decode(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id)
             else:
-                ids = beam_search(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id, beam_size)
+                ids = batch_beam_search(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id, beam_size,
+                                        length_penalty=length_penalty)
             outputs += decode_ids(ops.convert_to_numpy(ids), tgt_vocab)
     return outputs
+
+
+def batch_beam_search(
+    model: keras.Model,
+    src_ids,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int | None = None,
+    length_penalty: float = 0.6,
+):
+    """Beam search for a whole batch: the same search as :func:`beam_search`, one decoder call per step.
+
+    The source is encoded once; at each step the live prefixes of every unfinished sentence are decoded together,
+    each reading its own sentence's memory (see ``companion.training.batch_beam_search_from_scores``). Same output
+    layout as :func:`greedy_decode`: ``(batch, out_len)`` int32, finished rows end with ``eos_id`` then PAD.
+    """
+    src = np.asarray(ops.convert_to_numpy(src_ids) if not isinstance(src_ids, np.ndarray) else src_ids)
+    if src.ndim != 2:
+        raise ValueError(f"src_ids must have shape (batch, src_len); got shape {src.shape}")
+    src = src.astype("int32")
+    limit = min(max_len if max_len is not None else src.shape[1] + 10, model.max_len - 1)
+    memory, src_mask = model.encode(src)
+
+    def next_log_probs(prefixes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        index = ops.convert_to_tensor(rows.astype("int32"))
+        logits = model.decode(prefixes.astype("int32"), ops.take(memory, index, axis=0),
+                              ops.take(src_mask, index, axis=0))
+        return ops.convert_to_numpy(ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1))
+
+    results = batch_beam_search_from_scores(
+        next_log_probs, src.shape[0], bos_id, eos_id, beam_size, limit, length_penalty
+    )
+    width = max(len(r) for r in results)
+    out = np.full((len(results), width), model.pad_id, dtype="int32")
+    for row, tokens in enumerate(results):
+        out[row, : len(tokens)] = tokens
+    return ops.convert_to_tensor(out)

@@ -10,6 +10,9 @@ Parameters are nested dictionaries that mirror the attribute names of the torch 
      "decoder": {"layers": [{"self_attn", "cross_attn", "ffn", "addnorm1", "addnorm2", "addnorm3"}, ...], ...},
      "generator": {"w": (d_model, tgt_vocab), "b": (tgt_vocab,)}}
 
+A model with ``shared_embeddings`` (section 3.4 of the paper) has one table for both embeddings and the output
+layer: its dictionary holds ``"src_embed"`` only, and ``"generator"`` holds only the bias ``"b"``.
+
 :func:`transformer_params` reads such a dictionary out of a ``companion.torch`` or ``companion.keras`` model (in
 float64, so the oracle adds no rounding of its own).
 """
@@ -132,12 +135,18 @@ def transformer(
     num_heads: int,
     pad_id: int = 0,
     norm_first: bool = False,
+    shared_embeddings: bool = False,
 ) -> np.ndarray:
     """The full encoder-decoder forward pass: ids in, logits ``(batch, tgt_len, tgt_vocab)`` out (no softmax).
 
     The masks are built from the ids: the encoder's self-attention and the decoder's cross-attention see only real
     source tokens; the decoder's self-attention sees only real target tokens at or before its own position.
+    With ``shared_embeddings`` the one table ``params["src_embed"]`` ``(vocab, d_model)`` embeds both sides and,
+    transposed, is the output layer's weight: ``logits = y @ table.T + params["generator"]["b"]``.
     """
+    if shared_embeddings:
+        table = params["src_embed"]
+        params = {**params, "tgt_embed": table, "generator": {"w": table.T, "b": params["generator"]["b"]}}
     src_ids, tgt_ids = np.asarray(src_ids), np.asarray(tgt_ids)
     src_mask = padding_mask(src_ids, pad_id)  # (batch, 1, 1, src_len)
     tgt_mask = combine_masks(padding_mask(tgt_ids, pad_id), causal_mask(tgt_ids.shape[1]))  # (batch, 1, tgt, tgt)
@@ -224,7 +233,18 @@ def stack_params(stack: Any) -> Params:
 
 
 def transformer_params(model: Any) -> Params:
-    """The nested parameter dictionary of a companion Transformer (torch or keras), as float64 arrays."""
+    """The nested parameter dictionary of a companion Transformer (torch or keras), as float64 arrays.
+
+    For a model with ``shared_embeddings`` the table appears once (``"src_embed"``) and ``"generator"`` holds only
+    the bias: pass ``shared_embeddings=True`` to :func:`transformer`.
+    """
+    if getattr(model, "shared_embeddings", False):
+        return {
+            "src_embed": embedding_params(model.src_embed),
+            "encoder": stack_params(model.encoder),
+            "decoder": stack_params(model.decoder),
+            "generator": {"b": _array(model.generator.bias)},
+        }
     w, b = linear_params(model.generator)
     return {
         "src_embed": embedding_params(model.src_embed),

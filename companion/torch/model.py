@@ -214,6 +214,10 @@ class Transformer(nn.Module):
         dropout: one rate for every dropout in the model (0.1 in the paper).
         pad_id: the padding id, masked out as a key everywhere.
         norm_first: pre-LN layers (plus a final LayerNorm per stack) instead of the paper's post-LN.
+        shared_embeddings: share one weight matrix between the source embedding, the target embedding and the
+            pre-softmax linear layer, as in section 3.4 of the paper. Needs one joint vocabulary
+            (``src_vocab_size == tgt_vocab_size``); ``tgt_embed`` is then the same module as ``src_embed`` and
+            ``generator`` is a :class:`TiedOutput` that multiplies by the transposed table and adds its own bias.
 
     The weight matrices are initialised with Xavier/Glorot-uniform, the default of ``keras.layers.Dense`` and the
     choice of ``torch.nn.Transformer``, so both frameworks start from the same distribution.
@@ -231,17 +235,21 @@ class Transformer(nn.Module):
         dropout: float = 0.1,
         pad_id: int = 0,
         norm_first: bool = False,
+        shared_embeddings: bool = False,
     ):
         super().__init__()
+        _check_shared(shared_embeddings, src_vocab_size, tgt_vocab_size)
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
-        self.max_len, self.pad_id = max_len, pad_id
+        self.max_len, self.pad_id, self.shared_embeddings = max_len, pad_id, shared_embeddings
         self.src_embed = TokenEmbedding(src_vocab_size, d_model)  # times sqrt(d_model)
-        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model)
+        self.tgt_embed = self.src_embed if shared_embeddings else TokenEmbedding(tgt_vocab_size, d_model)
         self.positional = PositionalEncoding(d_model, max_len, dropout)  # shared: it has no weights
         self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
         self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
-        self.generator = nn.Linear(d_model, tgt_vocab_size)
-        for p in self.parameters():
+        self.generator = (
+            TiedOutput(self.src_embed.embedding) if shared_embeddings else nn.Linear(d_model, tgt_vocab_size)
+        )
+        for p in self.parameters():  # a shared table is listed (and initialised) once
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
@@ -284,6 +292,31 @@ class Transformer(nn.Module):
         """src_ids ``(batch, src_len)`` and tgt_ids ``(batch, tgt_len)`` -> logits ``(batch, tgt_len, tgt_vocab)``."""
         memory, src_mask = self.encode(src_ids)
         return self.decode(tgt_ids, memory, src_mask)
+
+
+def _check_shared(shared_embeddings: bool, src_vocab_size: int, tgt_vocab_size: int) -> None:
+    if shared_embeddings and src_vocab_size != tgt_vocab_size:
+        raise ValueError(
+            "shared_embeddings=True needs one joint vocabulary: src_vocab_size must equal tgt_vocab_size; got "
+            f"{src_vocab_size} and {tgt_vocab_size}"
+        )
+
+
+class TiedOutput(nn.Module):
+    """The pre-softmax linear layer tied to an embedding table: ``logits = y @ table.T + bias``.
+
+    The table ``(vocab_size, d_model)`` belongs to ``embedding`` (an ``nn.Embedding``) and is not copied: a
+    gradient from the logits and one from the embedding lookup update the same numbers. Only the bias
+    ``(vocab_size,)`` is this layer's own. ``(batch, seq_len, d_model)`` -> ``(batch, seq_len, vocab_size)``.
+    """
+
+    def __init__(self, embedding: nn.Embedding):
+        super().__init__()
+        self.embedding = embedding
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings))
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(y, self.embedding.weight, self.bias)
 
 
 # ---------------------------------------------------------------------------------------------------------------
