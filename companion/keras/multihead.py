@@ -91,6 +91,60 @@ class MultiHeadAttention(keras.layers.Layer):
         out = self.wo(self.merge_heads(heads))  # (batch, query_len, d_model)
         return (out, weights) if return_weights else out
 
+    # --- Incremental decoding (the key/value cache) ---------------------------------------------------------------
+    # Generating token t with the plain call recomputes the keys and values of tokens 0..t-1, which have not
+    # changed. The three methods below let a decoder keep them: project the keys and values once
+    # (project_key_value), attend with them later (attend_projected), or, for self-attention, append the new
+    # positions' keys and values to those of the earlier ones (self_attention_cached). They are plain methods, not
+    # Keras calls, so a cache (a tuple of tensors) goes in and out untouched; the layer must be built.
+
+    def project_key_value(self, key, value):
+        """``key``, ``value`` ``(batch, key_len, d_model)`` -> projected and split ``k``, ``v``, each
+        ``(batch, num_heads, key_len, d_head)``: what a cache stores."""
+        for name, x in (("key", key), ("value", value)):
+            self._check_shape(name, tuple(x.shape))
+        return self.split_heads(self.wk(key)), self.split_heads(self.wv(value))
+
+    def attend_projected(self, query, k, v, mask=None, training=None):
+        """Attend from ``query`` ``(batch, query_len, d_model)`` to keys and values already projected by
+        :meth:`project_key_value`, ``k`` and ``v`` ``(batch, num_heads, key_len, d_head)``.
+
+        Gives the same ``(batch, query_len, d_model)`` as ``call(query, key, value, mask)`` when ``k, v`` are
+        ``project_key_value(key, value)``. ``mask`` is broadcastable to ``(batch, num_heads, query_len, key_len)``.
+        """
+        self._check_shape("query", tuple(query.shape))
+        expected = (query.shape[0], self.num_heads, k.shape[2] if len(k.shape) == 4 else -1, self.d_head)
+        for name, x in (("k", k), ("v", v)):
+            if tuple(x.shape) != expected:
+                raise ValueError(
+                    f"{name} must have shape (batch={expected[0]}, num_heads={self.num_heads}, key_len, "
+                    f"d_head={self.d_head}) like k; got shape {tuple(x.shape)}"
+                )
+        check_mask(mask, (query.shape[0], self.num_heads, query.shape[1], k.shape[2]))
+        q = self.split_heads(self.wq(query))  # (batch, num_heads, query_len, d_head)
+        heads = scaled_dot_product_attention(
+            q, k, v, mask, dropout=self.dropout, training=bool(training), seed=self.seed_generator
+        )
+        return self.wo(self.merge_heads(heads))  # (batch, query_len, d_model)
+
+    def self_attention_cached(self, x, past=None, mask=None, training=None):
+        """Self-attention of the new positions ``x`` ``(batch, new_len, d_model)`` over the earlier positions and
+        themselves.
+
+        Args:
+            past: ``(k, v)`` of the earlier positions, each ``(batch, num_heads, past_len, d_head)``, or None.
+            mask: broadcastable to ``(batch, num_heads, new_len, past_len + new_len)``; None lets every new position
+                see every key (right for a single new position; several need a causal mask).
+
+        Returns:
+            ``(batch, new_len, d_model)`` and the grown cache ``(k, v)``, each ``(batch, num_heads,
+            past_len + new_len, d_head)``.
+        """
+        k, v = self.project_key_value(x, x)
+        if past is not None:
+            k, v = ops.concatenate([past[0], k], axis=2), ops.concatenate([past[1], v], axis=2)
+        return self.attend_projected(x, k, v, mask, training=training), (k, v)
+
     def compute_mask(self, *args, **kwargs):
         # Our `mask` is an attention mask, not a Keras per-timestep mask: the output carries no mask (a loss or a
         # later layer would misread it). Together with `supports_masking` this also keeps Keras from warning that

@@ -3,6 +3,7 @@
 from .addnorm import AddNorm, PositionwiseFeedForward
 from .attention import scaled_dot_product_attention
 from .device import default_device
+from .gpt import GPT, GPTBlock, generate
 from .masking import causal_mask, combine_masks, padding_mask
 from .model import Decoder, DecoderLayer, Encoder, EncoderLayer, MinTransformer, Transformer
 from .multihead import MultiHeadAttention
