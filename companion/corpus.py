@@ -97,3 +97,17 @@ def unigram_perplexity(train_ids: Sequence[int], valid_ids: Sequence[int], vocab
     counts = np.bincount(np.asarray(train_ids, dtype=np.int64), minlength=vocab_size).astype(np.float64) + 1.0
     log_probs = np.log(counts / counts.sum())
     return float(np.exp(-log_probs[np.asarray(valid_ids, dtype=np.int64)].mean()))
+
+
+def global_batches(num_examples: int, batch_size: int, steps: int, seed: int = 0) -> list[np.ndarray]:
+    """The example indices of each step's global batch: a seeded shuffle, reshuffled after every pass."""
+    if batch_size > num_examples:
+        raise ValueError(f"batch_size must be at most the number of examples ({num_examples}); got {batch_size}")
+    generator = np.random.default_rng(seed)
+    order, batches = np.array([], dtype=np.int64), []
+    for _ in range(steps):
+        if len(order) < batch_size:
+            order = np.concatenate([order, generator.permutation(num_examples)])
+        batches.append(order[:batch_size])
+        order = order[batch_size:]
+    return batches

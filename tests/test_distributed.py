@@ -51,3 +51,23 @@ def test_batches_and_bad_input(data):
         train_single_process(tiny_language_model(), *data, steps=1, batch_size=8, optimizer="lion")
     with pytest.raises(ValueError, match=r"\(num_examples, seq_len\)"):
         train_single_process(tiny_language_model(), data[0][0], data[1][0], steps=1, batch_size=8)
+
+
+def test_keras_mirrored_strategy_on_two_logical_cpus_matches_one_device():
+    """tf.distribute must split the CPU before TensorFlow starts, hence a fresh process."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0",
+           "KERAS_BACKEND": "tensorflow"}
+    done = subprocess.run([sys.executable, "-m", "companion.keras.distributed"], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["devices"] == ["/cpu:0", "/cpu:1"]
+    assert result["moved"] > 1e-2 and result["difference"] < 1e-5
+    assert abs(result["single_loss"] - result["mirrored_loss"]) < 1e-5

@@ -25,19 +25,16 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn import functional as F
 
+from ..corpus import global_batches
 
-def global_batches(num_examples: int, batch_size: int, steps: int, seed: int = 0) -> list[np.ndarray]:
-    """The example indices of each step's global batch: a seeded shuffle, reshuffled after every pass."""
-    if batch_size > num_examples:
-        raise ValueError(f"batch_size must be at most the number of examples ({num_examples}); got {batch_size}")
-    generator = np.random.default_rng(seed)
-    order, batches = np.array([], dtype=np.int64), []
-    for _ in range(steps):
-        if len(order) < batch_size:
-            order = np.concatenate([order, generator.permutation(num_examples)])
-        batches.append(order[:batch_size])
-        order = order[batch_size:]
-    return batches
+__all__ = [
+    "average_gradients",
+    "global_batches",
+    "lm_loss",
+    "max_parameter_difference",
+    "train_data_parallel",
+    "train_single_process",
+]
 
 
 def lm_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
