@@ -164,3 +164,7 @@ def one_hot(ids: np.ndarray | Sequence, depth: int) -> np.ndarray:
 
 #: The three sentences of the word-box game (seed 004), already split into words.
 WORD_BOX_SENTENCES = ["I went to the beach", "It was cold", "I came back to the house"]
+
+
+# Subword tokenization (byte-level BPE) lives in its own module; it is part of the text toolbox.
+from companion.bpe import BPE  # noqa: E402, F401

@@ -1,0 +1,220 @@
+"""Typical wrong answers to the exercises of chapter 8: each must be named in the check's message.
+
+The generic tests in test_exercises.py already cover "the solution passes, the stub fails" for this chapter.
+"""
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from companion.checks import CheckFailed, exercises_for, run_check
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 1: bpe_merge
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _merge(step_after_merge=2, first_only=False, keep_last=True, reverse=False):
+    def bpe_merge(tokens, pair, new_token):
+        if reverse:
+            return bpe_merge_forward(tokens[::-1], pair[::-1], new_token)[::-1]
+        return bpe_merge_forward(tokens, pair, new_token)
+
+    def bpe_merge_forward(tokens, pair, new_token):
+        merged, i, done = [], 0, False
+        end = len(tokens) if keep_last else len(tokens) - 1
+        while i < end:
+            if not done and i + 1 < len(tokens) and (tokens[i], tokens[i + 1]) == tuple(pair):
+                merged.append(new_token)
+                i += step_after_merge
+                done = first_only
+            else:
+                merged.append(tokens[i])
+                i += 1
+        return merged
+
+    return bpe_merge
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 2: best_pair
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _best_pair(weighted=True, once_per_word=False, largest_on_tie=False, first_on_tie=False):
+    def best_pair(word_counts):
+        counts = {}
+        for word, frequency in word_counts.items():
+            pairs = list(pairwise(word))
+            if once_per_word:
+                pairs = list(dict.fromkeys(pairs))
+            for pair in pairs:
+                counts[pair] = counts.get(pair, 0) + (frequency if weighted else 1)
+        if not counts:
+            return None
+        if first_on_tie:  # max() keeps the first pair seen among equals
+            return max(counts, key=counts.get)
+        top = max(counts.values())
+        tied = [pair for pair, count in counts.items() if count == top]
+        return max(tied) if largest_on_tie else min(tied)
+
+    return best_pair
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 3: temperature_softmax
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _softmax(x, axis=-1, stable=True):
+    x = x - x.max(axis=axis, keepdims=True) if stable else x
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _overflowing_softmax(x):
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _softmax(x, stable=False)
+
+
+TEMPERATURE_MISTAKES = [
+    (lambda logits, t: _softmax(logits * t), "multiplied by the temperature"),
+    (lambda logits, t: _softmax(logits / t, axis=0), "wrong axis"),
+    (lambda logits, t: _softmax(logits) ** (1 / t), "without normalising again"),
+    (lambda logits, t: _softmax(logits) / t, "divided by the temperature"),
+    (lambda logits, t: _overflowing_softmax(logits / t), "subtract each row's maximum"),
+]
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 4: nucleus_probs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _nucleus(strict=False, renormalise=True, sort=True, per_token=False):
+    def nucleus_probs(probs, p):
+        if per_token:
+            keep = (probs >= p) | (probs == probs.max(-1, keepdims=True))
+        else:
+            order = np.argsort(-probs, axis=-1) if sort else np.tile(np.arange(probs.shape[-1]), (len(probs), 1))
+            sorted_probs = np.take_along_axis(probs, order, axis=-1)
+            running = np.cumsum(sorted_probs, axis=-1)
+            keep_sorted = running < p if strict else running - sorted_probs < p
+            keep_sorted[:, 0] = True
+            keep = np.zeros_like(keep_sorted)
+            np.put_along_axis(keep, order, keep_sorted, axis=-1)
+        kept = np.where(keep, probs, 0.0)
+        return kept / kept.sum(-1, keepdims=True) if renormalise else kept
+
+    return nucleus_probs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 5: cached attention
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _cached_torch(front=False, grow=True, only_cache=False, scale="sqrt", only_new=False):
+    import torch
+
+    def cached_attention_torch(q, k_new, v_new, k_cache, v_cache):
+        old_k, old_v = k_cache, v_cache
+        if front:
+            k_cache, v_cache = torch.cat([k_new, k_cache], 2), torch.cat([v_new, v_cache], 2)
+        else:
+            k_cache, v_cache = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+        keys, values = (old_k, old_v) if only_cache else (k_cache, v_cache)
+        d = q.shape[-1]
+        divisor = {"sqrt": d**0.5, "d": d, "none": 1.0}[scale]
+        out = torch.softmax(q @ keys.transpose(-1, -2) / divisor, -1) @ values
+        if only_new:
+            out = v_new
+        return (out, k_cache, v_cache) if grow else (out, old_k, old_v)
+
+    return cached_attention_torch
+
+
+def _cached_keras(front=False, scale="sqrt", only_cache=False):
+    from keras import ops
+
+    def cached_attention_keras(q, k_new, v_new, k_cache, v_cache):
+        old_k, old_v = k_cache, v_cache
+        pieces = (lambda old, new: [new, old]) if front else (lambda old, new: [old, new])
+        k_cache = ops.concatenate(pieces(k_cache, k_new), axis=2)
+        v_cache = ops.concatenate(pieces(v_cache, v_new), axis=2)
+        keys, values = (old_k, old_v) if only_cache else (k_cache, v_cache)
+        d = q.shape[-1]
+        divisor = {"sqrt": d**0.5, "d": d}[scale]
+        scores = ops.matmul(q, ops.swapaxes(keys, -1, -2)) / divisor
+        return ops.matmul(ops.softmax(scores, axis=-1), values), k_cache, v_cache
+
+    return cached_attention_keras
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exercise 6: perplexity
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _nll(logits, targets):
+    log_probs = np.log(_softmax(logits))
+    return -np.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+
+
+PERPLEXITY_MISTAKES = [
+    (lambda logits, targets: float(_nll(logits, targets).mean()), "its exponential"),
+    (lambda logits, targets: float(np.exp(_nll(logits, targets)).mean()), "average the losses first"),
+    (lambda logits, targets: float(np.exp(_nll(logits, targets).sum())), "average over the tokens"),
+    (lambda logits, targets: float(np.exp(_nll(logits, logits.argmax(-1)).mean())), "score the target token"),
+]
+
+CH08_MISTAKES = [
+    ("bpe_merge", lambda: _merge(first_only=True), "only the first occurrence"),
+    ("bpe_merge", lambda: _merge(step_after_merge=1), "skip both tokens"),
+    ("bpe_merge", lambda: _merge(reverse=True), "right to left"),
+    ("bpe_merge", lambda: _merge(keep_last=False), "last token went missing"),
+    ("best_pair", lambda: _best_pair(weighted=False), "every word was counted once"),
+    ("best_pair", lambda: _best_pair(once_per_word=True), "counted once per word"),
+    ("best_pair", lambda: _best_pair(largest_on_tie=True), "on a tie"),
+    ("best_pair", lambda: _best_pair(first_on_tie=True), "on a tie"),
+    *[("temperature_softmax", (lambda m=m: m), message) for m, message in TEMPERATURE_MISTAKES],
+    ("nucleus_probs", lambda: _nucleus(strict=True), "crosses p"),
+    ("nucleus_probs", lambda: _nucleus(renormalise=False), "renormalised"),
+    ("nucleus_probs", lambda: _nucleus(sort=False), "decreasing order"),
+    ("nucleus_probs", lambda: _nucleus(per_token=True), "not on each token"),
+    ("cached_attention_torch", lambda: _cached_torch(front=True), "in front of the cache"),
+    ("cached_attention_torch", lambda: _cached_torch(grow=False), "cache was not grown"),
+    ("cached_attention_torch", lambda: _cached_torch(only_cache=True), "only to the cache"),
+    ("cached_attention_torch", lambda: _cached_torch(scale="d"), "divided by d_head"),
+    ("cached_attention_torch", lambda: _cached_torch(scale="none"), "not scaled"),
+    ("cached_attention_torch", lambda: _cached_torch(only_new=True), "new value itself"),
+    ("cached_attention_keras", lambda: _cached_keras(front=True), "in front of the cache"),
+    ("cached_attention_keras", lambda: _cached_keras(scale="d"), "divided by d_head"),
+    ("cached_attention_keras", lambda: _cached_keras(only_cache=True), "only to the cache"),
+    *[("perplexity", (lambda m=m: m), message) for m, message in PERPLEXITY_MISTAKES],
+]
+
+
+@pytest.mark.parametrize("exercise_id, make, message", CH08_MISTAKES, ids=[f"{e}-{m}" for e, _, m in CH08_MISTAKES])
+def test_typical_mistakes_are_named(exercise_id, make, message):
+    with pytest.raises(CheckFailed, match=message):
+        run_check(exercise_id, make())
+
+
+def test_every_exercise_of_chapter_8_has_at_least_three_named_mistakes():
+    ids = [e.id for e in exercises_for("08_gpt")]
+    assert len(ids) >= 5
+    for exercise_id in ids:
+        assert sum(m[0] == exercise_id for m in CH08_MISTAKES) >= 3, exercise_id
+
+
+def test_checks_leave_the_students_arrays_alone():
+    """A correct answer that works in place on its input must still pass: every check passes copies."""
+
+    def temperature_softmax(logits, temperature):
+        logits /= temperature
+        logits -= logits.max(-1, keepdims=True)
+        np.exp(logits, out=logits)
+        return logits / logits.sum(-1, keepdims=True)
+
+    run_check("temperature_softmax", temperature_softmax)
