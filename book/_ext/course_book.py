@@ -10,6 +10,9 @@
 3. The API reference (``book/api.md``) lists the companion's modules by itself: a line
    ``% companion-api: companion.torch`` (a MyST comment) becomes one section with an ``automodule`` per module of
    that package, so a module added to the package appears in the book without editing the page.
+4. ``book/_static`` is served with every page and ``course.css`` and ``course.js`` linked from it: the layout rules
+   that keep code, outputs, tables and formulas readable at any width, the bundled CJK font of the glossary, and a
+   working "On this page" button (the contents drawer).
 """
 
 from __future__ import annotations
@@ -101,7 +104,19 @@ def expand_api_lines(app: Sphinx, docname: str, source: list[str]) -> None:
     source[0] = API_LINE.sub(expand, source[0])
 
 
+STATIC = Path(__file__).resolve().parents[1] / "_static"  # book/_static: the course's CSS and its CJK font
+
+
+def add_static(app: Sphinx, config) -> None:
+    """Serve ``book/_static`` (layout CSS, the bundled CJK font) with every page."""
+    if str(STATIC) not in config.html_static_path:
+        config.html_static_path.append(str(STATIC))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("config-inited", add_static)
+    app.add_css_file("course.css")
+    app.add_js_file("course.js")
     # sphinx-book-theme builds its header buttons at priority 501: run before it.
     app.connect("html-page-context", add_ipynb_download, priority=400)
     app.connect("html-page-context", tidy_scripts, priority=900)  # after sphinx.ext.mathjax adds its scripts

@@ -1,0 +1,48 @@
+"""The bundled CJK font covers every CJK character the book's pages use (see ``book/_ext/cjk_font.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cjk_font():
+    spec = importlib.util.spec_from_file_location("cjk_font", ROOT / "book" / "_ext" / "cjk_font.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cjk_font = _cjk_font()
+
+
+def test_sources_are_found_and_use_chinese() -> None:
+    sources = cjk_font.book_sources()
+    assert ROOT / "book" / "glossary.md" in sources
+    assert len(cjk_font.cjk_characters([ROOT / "book" / "glossary.md"])) > 50, "the glossary lost its Chinese terms?"
+
+
+def test_is_cjk() -> None:
+    assert cjk_font.is_cjk("注") and cjk_font.is_cjk("，") and cjk_font.is_cjk("𠀀")
+    assert not any(cjk_font.is_cjk(char) for char in "aZ9 é—…√")
+
+
+def test_subset_has_every_cjk_character_of_the_book() -> None:
+    pytest.importorskip("fontTools")
+    pytest.importorskip("brotli")  # WOFF2 needs it to be read
+    used = cjk_font.cjk_characters(cjk_font.book_sources())
+    missing = sorted(used - cjk_font.subset_characters())
+    assert not missing, (
+        f"{len(missing)} CJK characters used in the book are not in {cjk_font.SUBSET.relative_to(ROOT)}: "
+        f"{''.join(missing)}; regenerate it with `python book/_ext/cjk_font.py` (needs fonts-noto-cjk)"
+    )
+
+
+def test_subset_is_small_and_licensed() -> None:
+    assert cjk_font.SUBSET.stat().st_size < 400_000, "the subset should hold only the glyphs the book uses"
+    licence = (cjk_font.FONT_DIR / "OFL.txt").read_text(encoding="utf-8")
+    assert "SIL OPEN FONT LICENSE Version 1.1" in licence
