@@ -98,7 +98,7 @@ def test_no_process_is_left_and_the_reports_are_untouched(tampered):
 
 @pytest.mark.parametrize("case", CASES)
 def test_every_tampering_attempt_fails(tampered, case):
-    if case == "tamper_solutions" and tampered.mode == "off":
+    if case == "tamper_solutions" and tampered.data["sandbox"].startswith("off"):
         # Without the sandbox the reference answers can be read: the one thing only the sandbox prevents.
         assert tampered.data["sandbox"].startswith("off")
         return
