@@ -463,3 +463,13 @@ def test_a_new_chapter_is_expected_without_other_registration(tmp_path, monkeypa
     finally:
         checks._REGISTRY.pop("new_answer", None)
         sys.modules.pop("companion.checks.ch97", None)
+
+
+def test_notebooks_graded_side_by_side_get_the_same_verdicts(catalogue):
+    cases = ["crash", "infinite_loop", "redefined_check"]
+    report = grade([FIXTURES / c for c in cases], tracks=["numpy"], chapters=["01"], jobs=2,
+                   timeout=CATALOGUE_TIMEOUT)
+    for case, notebook in zip(cases, report.notebooks, strict=True):
+        side = [(r.id, r.status, r.reason) for r in notebook.exercises]
+        alone = [(r.id, r.status, r.reason) for r in catalogue.cases[case].exercises]
+        assert side == alone, case
