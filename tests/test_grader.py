@@ -419,6 +419,11 @@ def test_chapters_restricts_what_is_expected(tmp_path):
     assert not report.ok and [n.chapter for n in report.notebooks if n.missing] == ["02_attention"]
     with pytest.raises(ValueError, match="no chapter '42'"):
         grade([tmp_path], chapters=["42"])
+    # A named notebook that is not there (as a roster grader names them): missing work too.
+    report = grade([tmp_path / "01_text_as_numbers.md", tmp_path / "02_attention.md"], tracks=["numpy"])
+    assert [(n.chapter, n.missing) for n in report.notebooks] == [("01_text_as_numbers", False),
+                                                                 ("02_attention", True)]
+    assert report.notebooks[1].path == str(tmp_path / "02_attention.md") and not report.ok
     assert parser().parse_args(["x", "--chapters", "01,02"]).chapters == ["01", "02"]
     assert parser().parse_args(["x", "--memory", "2G"]).memory == 2 * 10**9
 
