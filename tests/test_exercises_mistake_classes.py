@@ -63,7 +63,7 @@ def _padding_mask_ints(ids, pad_id=0):
 
 
 def _loss_float(logits, labels, smoothing, pad_id):
-    return float(CH7["label_smoothed_loss_torch"](logits, labels, smoothing, pad_id))
+    return float(CH7["label_smoothed_loss_torch"](logits, labels, smoothing, pad_id).detach())
 
 
 def _loss_detached(logits, labels, smoothing, pad_id):

@@ -419,6 +419,11 @@ def test_chapters_restricts_what_is_expected(tmp_path):
     assert not report.ok and [n.chapter for n in report.notebooks if n.missing] == ["02_attention"]
     with pytest.raises(ValueError, match="no chapter '42'"):
         grade([tmp_path], chapters=["42"])
+    # A named notebook that is not there (as a roster grader names them): missing work too.
+    report = grade([tmp_path / "01_text_as_numbers.md", tmp_path / "02_attention.md"], tracks=["numpy"])
+    assert [(n.chapter, n.missing) for n in report.notebooks] == [("01_text_as_numbers", False),
+                                                                 ("02_attention", True)]
+    assert report.notebooks[1].path == str(tmp_path / "02_attention.md") and not report.ok
     assert parser().parse_args(["x", "--chapters", "01,02"]).chapters == ["01", "02"]
     assert parser().parse_args(["x", "--memory", "2G"]).memory == 2 * 10**9
 
@@ -463,3 +468,13 @@ def test_a_new_chapter_is_expected_without_other_registration(tmp_path, monkeypa
     finally:
         checks._REGISTRY.pop("new_answer", None)
         sys.modules.pop("companion.checks.ch97", None)
+
+
+def test_notebooks_graded_side_by_side_get_the_same_verdicts(catalogue):
+    cases = ["crash", "infinite_loop", "redefined_check"]
+    report = grade([FIXTURES / c for c in cases], tracks=["numpy"], chapters=["01"], jobs=2,
+                   timeout=CATALOGUE_TIMEOUT)
+    for case, notebook in zip(cases, report.notebooks, strict=True):
+        side = [(r.id, r.status, r.reason) for r in notebook.exercises]
+        alone = [(r.id, r.status, r.reason) for r in catalogue.cases[case].exercises]
+        assert side == alone, case

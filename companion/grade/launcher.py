@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import glob
 import os
 import resource
 import shutil
@@ -107,6 +108,8 @@ def bwrap_command(notebook: Path | None) -> list[str]:
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
             "--size", str(MAX_FILE_BYTES * 4), "--tmpfs", "/tmp", "--dir", "/sandbox"]
     args += _system_binds()
+    for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dxg")):  # a GPU, where there is one
+        args += ["--dev-bind", device, device]
     for root in _python_roots():
         if not any(root.startswith(prefix + "/") or root == prefix for prefix in ("/usr", "/lib", "/bin")):
             args += ["--ro-bind", root, root]

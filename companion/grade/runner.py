@@ -175,10 +175,14 @@ def grade(
         _import_quietly("keras")
 
     found = collect_notebooks(paths)
+    registered = {e.chapter for e in registry().values()}
+    # A named notebook that does not exist, of a known chapter: missing work, like a notebook missing from a folder.
+    absent = [path for path, explicit in found if explicit and not path.exists() and path.stem in registered]
+    found = [(path, explicit) for path, explicit in found if path not in absent]
     if chapters is not None:  # leave out the other registered chapters (an unknown one still gets its note)
-        registered = {e.chapter for e in registry().values()}
         found = [(path, explicit) for path, explicit in found if path.stem in expected or path.stem not in registered]
     present = {path.stem for path, _ in found}
+    absent = [path for path in absent if chapters is None or path.stem in expected]
     folders = [p for p in paths if p.is_dir()]
     if chapters is not None or folders:
         missing = [c for c in expected if c not in present]
@@ -226,8 +230,16 @@ def grade(
                 if on_notebook is not None:
                     on_notebook(index, results[index])  # type: ignore[arg-type]
     finished = [r for r in results if r is not None]
+    for position, path in enumerate(absent):
+        result = _missing_notebook(path.parent, path.stem, selected)
+        result.path = str(path)
+        result.sandbox = "on" if options.sandbox else "off"
+        finished.append(result)
+        if on_notebook is not None:
+            on_notebook(len(notebooks) + position, result)
+    missing = [c for c in missing if c not in {p.stem for p in absent}]
     folder = folders[0] if len(folders) == 1 else None
-    for position, chapter in enumerate(missing):
+    for position, chapter in enumerate(missing, start=len(absent)):
         result = _missing_notebook(folder, chapter, selected)
         result.sandbox = "on" if options.sandbox else "off"
         finished.append(result)
@@ -236,7 +248,7 @@ def grade(
     sandbox_text = "on" if options.sandbox else f"off ({why})"
     return GradeReport(finished, round(time.perf_counter() - start, 3), sandbox=sandbox_text,
                        expected_chapters=expected if (chapters is not None or folders) else
-                       sorted({p.stem for p, _ in found}))
+                       sorted({p.stem for p, _ in found} | {p.stem for p in absent}))
 
 
 # ---------------------------------------------------------------------------------------------------------------
