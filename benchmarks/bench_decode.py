@@ -13,9 +13,16 @@ Two measurements, each on the same weights in both frameworks (copied with ``com
 Both decoders also produce the same tokens with and without the cache (checked here on every run, and in
 ``tests/test_kv_cache.py``).
 
-    python benchmarks/bench_decode.py            # d_model 256, 4 heads, 4 layers, batch 8 (minutes on 2 cores)
+Why a batch of 32: the cache removes *computation*, so it shows once computation is what a step costs. Eager
+Keras spends tens of milliseconds per step on Python and per-operation dispatch (about 380 TensorFlow operations
+for this 4-block model, measured: 86 ms of CPU time per cached step with a batch of 8 on a busy machine); that
+cost is the same with and without the cache, so with small batches it caps Keras' speed-up (1.8x at 128 tokens
+with a batch of 8 there, against 8.4x for torch). With 32 sequences the uncached steps' arithmetic dominates.
+
+    python benchmarks/bench_decode.py            # d_model 256, 4 heads, 4 layers, batch 32 (minutes on 2 cores)
     python benchmarks/bench_decode.py --quick    # a tiny smoke run
     python benchmarks/bench_decode.py --repeats 5 --batch 16
+    python benchmarks/bench_decode.py --threads 1      # on a machine busier than its cores
 """
 
 from __future__ import annotations
@@ -159,23 +166,42 @@ def per_token(models: dict, prompt: np.ndarray, steps: int, repeats: int, block:
         f"{t[starts[-1]:].mean() / t[:block].mean():>16.1f}x" for t in table.values()))
 
 
+def set_threads(count: int) -> None:
+    """Use ``count`` compute threads in torch and TensorFlow. On a machine busier than its cores, threads that
+    wait for each other at every operation can make a small step 50 times slower (measured here: a cached GPT
+    step took 14 ms with one thread and 950 ms with two under a load average of 10 on 2 cores)."""
+    torch.set_num_threads(count)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(count)
+            tf.config.threading.set_inter_op_parallelism_threads(count)
+        except RuntimeError as error:  # TensorFlow has already started its thread pools
+            print(f"TensorFlow keeps its threads: {error}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=1000)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="compute threads for torch and TensorFlow (default: theirs); 1 on a busy machine")
     parser.add_argument("--quick", action="store_true", help="tiny model, lengths 8 16 32, one repeat")
     args = parser.parse_args()
+    if args.threads:
+        set_threads(args.threads)
     if args.quick:
         args.d_model, args.heads, args.layers, args.vocab, args.lengths, args.repeats = 32, 2, 1, 50, [8, 16, 32], 1
 
     load = os.getloadavg()
-    print(f"torch {torch.__version__} on {ct.default_device()}, keras {keras.__version__} "
-          f"({keras.backend.backend()}) on {ck.default_device()}, {os.cpu_count()} CPU cores, "
+    print(f"torch {torch.__version__} on {ct.default_device()} ({torch.get_num_threads()} threads), keras "
+          f"{keras.__version__} ({keras.backend.backend()}) on {ck.default_device()}, {os.cpu_count()} CPU cores, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"d_model {args.d_model}, {args.heads} heads, {args.layers} layers, d_ff {4 * args.d_model}, vocab "
           f"{args.vocab}, batch {args.batch}, GPT prompt {PROMPT_LEN} tokens, Transformer source {SRC_LEN} tokens")
