@@ -1,8 +1,8 @@
 """Data-parallel training in Keras: ``tf.distribute.MirroredStrategy`` over two logical CPU devices.
 
-The twin of ``companion.torch.distributed``, with the same names. It needs the TensorFlow backend: Keras 3's
-own ``keras.distribution`` API runs data parallelism on JAX only, and the torch backend leaves it to
-``torch.distributed``. This is the one module of ``companion.keras`` that calls ``tf.*``.
+The twin of ``companion.torch.distributed``, with the same names. It needs the TensorFlow backend (Keras 3's
+own ``keras.distribution`` API is documented for JAX only, and with the torch backend one uses
+``torch.distributed``). This is the one module of ``companion.keras`` that calls ``tf.*``.
 
 ``MirroredStrategy`` keeps one copy of every variable per device, splits each global batch between the copies,
 and sums their gradients with an all-reduce before every update, after Keras has divided each replica's loss by
