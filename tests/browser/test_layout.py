@@ -15,6 +15,7 @@ Needs the built book and Chromium, like ``test_browser_book.py`` (skips without 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -169,3 +170,51 @@ def test_glossary_chinese_renders_with_bundled_font(layout_browser, server: str)
         f"the bundled font drew {drawn} of the glossary's {expected} Chinese characters; other fonts used: "
         f"{sorted(other_fonts)}"
     )
+
+
+def _figure_sources(page: str) -> list[str]:
+    """The images a chapter's cells drew (myst-nb writes them to ``_images``)."""
+    return re.findall(r'<img[^>]*src="([^"]*_images/[^"]+)"', (HTML / page).read_text(encoding="utf-8"))
+
+
+def test_figures_are_svg_on_white() -> None:
+    """Every figure a chapter draws is SVG (sharp at any pixel density) with an opaque white background."""
+    chapters = [p for p in PAGES if p.startswith("notebooks/")]
+    if not chapters:
+        _skip_or_fail(f"no chapter pages in {HTML}")
+    figures, not_svg, not_white = 0, [], []
+    for page in chapters:
+        for src in _figure_sources(page):
+            figures += 1
+            path = (HTML / page).parent / src
+            if path.suffix != ".svg":
+                not_svg.append(f"{page}: {src}")
+            elif "fill: #ffffff" not in path.read_text(encoding="utf-8")[:4000]:
+                not_white.append(f"{page}: {src}")
+    assert figures >= 15, f"found only {figures} figures in the chapters"
+    assert not not_svg, f"figures that are not SVG (companion.plots sets SVG for every chapter): {not_svg}"
+    assert not not_white, f"SVG figures without a white background (unreadable in dark mode): {not_white}"
+
+
+def test_figures_readable_in_dark_mode(layout_browser, server: str) -> None:  # noqa: F811
+    """With the reader's system in dark mode the page turns dark and each figure sits on a light card."""
+    chapters = [p for p in PAGES if p.startswith("notebooks/") and _figure_sources(p)]
+    if not chapters:
+        _skip_or_fail(f"no chapter page with figures in {HTML}")
+    page = layout_browser["1280x800"]
+    page.emulate_media(color_scheme="dark")
+    try:
+        _open(page, server, chapters[0])
+        found = page.evaluate(
+            """() => {
+                const lum = c => { const [r, g, b] = c.match(/\\d+/g).map(Number); return (r + g + b) / 765; };
+                const body = lum(getComputedStyle(document.body).backgroundColor);
+                const figures = Array.from(document.querySelectorAll('div.cell_output img'),
+                                           img => lum(getComputedStyle(img).backgroundColor));
+                return {theme: document.documentElement.dataset.theme, body, figures};
+            }"""
+        )
+    finally:
+        page.emulate_media(color_scheme="light")
+    assert found["theme"] == "dark" and found["body"] < 0.3, f"{chapters[0]}: the page did not turn dark: {found}"
+    assert found["figures"] and min(found["figures"]) > 0.6, f"{chapters[0]}: figures not on a light card: {found}"
