@@ -6,7 +6,17 @@ One source: a solution notebook marks what the student writes. In code::
     ...reference code...
     ### END SOLUTION
 
-becomes ``raise NotImplementedError(...)`` at the same indentation. In prose, a block between
+becomes ``raise NotImplementedError(...)`` at the same indentation. A find-the-bug exercise gives the student
+working-looking code with one mistake instead: the solution block ends with the buggy version, commented out,
+after a ``### STUB`` line::
+
+    ### BEGIN SOLUTION
+    ...reference code...
+    ### STUB
+    # ...the code the student receives, each line commented out with "# "...
+    ### END SOLUTION
+
+and the stub holds those lines uncommented. In prose, a block between
 ``<!-- BEGIN SOLUTION -->`` and ``<!-- END SOLUTION -->`` becomes a prompt for the student's answer.
 
 Usage: ``python -m companion.exercises SOLUTIONS_DIR EXERCISES_DIR [--check]``
@@ -28,11 +38,31 @@ HEADER = (
 )
 
 
+STUB_SPLIT = re.compile(r"^[ \t]*### STUB[^\n]*\n", re.M)
+
+
+def _stub(match: re.Match) -> str:
+    """The student's version of one marked code block: a NotImplementedError, or the buggy code to fix."""
+    parts = STUB_SPLIT.split(match[0], maxsplit=1)
+    if len(parts) == 1:
+        return f"{match['indent']}{STUB}\n"
+    lines = parts[1].splitlines(keepends=True)[:-1]  # drop the END SOLUTION line
+    out = []
+    for line in lines:
+        code = line.lstrip(" \t")
+        if not code.startswith("#"):
+            raise ValueError(f"every line after ### STUB must be commented out; got {line.rstrip()!r}")
+        indent = line[: len(line) - len(code)]
+        code = code[2:] if code.startswith("# ") else code[1:]
+        out.append(indent + code if code.strip() else "\n")
+    return "".join(out)
+
+
 def make_exercise(solution: str, name: str) -> str:
     """The student version of one solution notebook (MyST text in, MyST text out)."""
     if "### BEGIN SOLUTION" not in solution and "<!-- BEGIN SOLUTION -->" not in solution:
         raise ValueError(f"{name}: no solution markers found")
-    body = CODE_BLOCK.sub(lambda m: f"{m['indent']}{STUB}\n", solution)
+    body = CODE_BLOCK.sub(_stub, solution)
     body = PROSE_BLOCK.sub(PROSE_STUB, body)
     if "BEGIN SOLUTION" in body or "END SOLUTION" in body:
         raise ValueError(f"{name}: unbalanced solution markers")

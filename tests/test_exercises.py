@@ -106,3 +106,15 @@ def test_a_crashing_answer_is_reported_not_raised():
 
     with pytest.raises(CheckFailed, match="ZeroDivisionError"):
         run_check("pad_batch", broken)
+
+
+def test_a_find_the_bug_stub_holds_the_buggy_code_uncommented():
+    solution = (
+        "```{code-cell} ipython3\ndef f(x):\n    ### BEGIN SOLUTION\n    return x + 1\n    ### STUB\n"
+        "    # y = x  # kept\n    #\n    # return y - 1\n    ### END SOLUTION\n```\n"
+    )
+    stub = exercises.make_exercise(solution, "t.md")
+    assert "def f(x):\n    y = x  # kept\n\n    return y - 1\n```" in stub
+    assert "x + 1" not in stub and "STUB" not in stub and "NotImplementedError" not in stub
+    with pytest.raises(ValueError, match="commented out"):
+        exercises.make_exercise(solution.replace("    # return y - 1", "    return y - 1"), "t.md")
