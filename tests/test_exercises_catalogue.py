@@ -21,6 +21,8 @@ from companion.grade import synthetic
 from companion.grade.mutant_source import NotRenderable, render
 from companion.notebook_code import definitions
 
+MINIMUM_PER_EXERCISE = 3
+
 
 def _catalogue() -> list[tuple[str, str, str, object]]:
     """(mutant name, exercise id, committed message, wrong answer) for every typical mistake of every table."""
@@ -37,6 +39,17 @@ def _catalogue() -> list[tuple[str, str, str, object]]:
 
 
 CATALOGUE = _catalogue()
+
+
+def test_every_registered_exercise_has_at_least_three_committed_mutants():
+    counts = {exercise_id: 0 for exercise_id in registry()}
+    for _, exercise_id, _, _ in CATALOGUE:
+        assert exercise_id in counts, f"a mutant of {exercise_id!r}, which is not a registered exercise"
+        counts[exercise_id] += 1
+    short = {e: n for e, n in counts.items() if n < MINIMUM_PER_EXERCISE}
+    assert not short, f"exercises with fewer than {MINIMUM_PER_EXERCISE} committed mutants: {short}"
+    chapters = {e.chapter for e in registry().values()}
+    assert {synthetic.mutant_key(c) for c in chapters} == set(synthetic.MUTANT_MODULES)
 
 
 @pytest.mark.parametrize("name, exercise_id, message, wrong", CATALOGUE, ids=[c[0] for c in CATALOGUE])
