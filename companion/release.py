@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 INCLUDE_DIRS = ("notebooks", "exercises", "companion", "book", "data")
 INCLUDE_FILES = ("_config.yml", "_toc.yml", "pyproject.toml", ".gitignore", ".github/workflows/grade.yml")
 #: Never shipped, even under an included folder: instructor and developer tools.
-EXCLUDE_FILES = ("companion/release.py", "companion/grade/synthetic.py")
+EXCLUDE_FILES = ("companion/release.py", "companion/grade/synthetic.py", "companion/grade/mutant_source.py")
 TEXT_SUFFIXES = {".md", ".py", ".yml", ".yaml", ".toml", ".txt", ".tsv", ".json", ".cfg", ".bib", ".ipynb", ""}
 #: Exercises whose answer is, line for line, the body of a public function of the companion (chapter 4 shows
 #: ``padding_mask``; ``shift_targets`` is in the API reference): exercise -> the files that hold that function.

@@ -84,15 +84,64 @@ def _embed_unscaled(ids, table):
     return torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype) @ table
 
 
+def _vocab_every_word(sentences):
+    return {w: i for i, w in enumerate((w for s in sentences for w in s.split()), start=1)}
+
+
+def _pad_with_zero(batch, length, pad_id=0):
+    return np.array([list(s[:length]) + [0] * (length - len(s[:length])) for s in batch])
+
+
+def _one_hot_first(ids, num_words):
+    return np.moveaxis(np.eye(num_words + 1, dtype=np.float32)[ids], -1, 0)
+
+
+def _one_hot_clipped(ids, num_words):
+    return np.eye(num_words, dtype=np.float32)[np.minimum(ids, num_words - 1)]
+
+
+def _embed_divided(ids, table):
+    import torch
+
+    return torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype) @ table / table.shape[1] ** 0.5
+
+
+def _embed_detached(ids, table):
+    import torch
+
+    return (torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype) @ table.detach()
+            * table.shape[1] ** 0.5)
+
+
+def _embed_keras(scale="multiply", stop=False):
+    from keras import ops
+
+    def embed_keras(ids, table):
+        rows = ops.take(ops.stop_gradient(table) if stop else table, ids, axis=0)
+        d_model = table.shape[-1]
+        return {"multiply": rows * d_model**0.5, "divide": rows / d_model**0.5, "none": rows}[scale]
+
+    return embed_keras
+
+
 @pytest.mark.parametrize(
     "exercise_id, wrong, message",
     [
         ("build_vocabulary", _vocab_from_zero, "0 is reserved for PAD"),
         ("build_vocabulary", _vocab_sorted, "order of first appearance"),
+        ("build_vocabulary", _vocab_every_word, "repeated word got a new id"),
         ("pad_batch", _pad_left, "padding went on the left"),
         ("pad_batch", _truncate_end, "lost their beginning"),
+        ("pad_batch", _pad_with_zero, "padding is always 0"),
         ("one_hot_batch", _one_hot_short, "one position short"),
+        ("one_hot_batch", _one_hot_first, "one-hot axis goes last"),
+        ("one_hot_batch", _one_hot_clipped, "one position short"),
         ("embed_torch", _embed_unscaled, "sqrt"),
+        ("embed_torch", _embed_divided, "divided by sqrt"),
+        ("embed_torch", _embed_detached, "no gradient reaches argument 2"),
+        ("embed_keras", _embed_keras("none"), "sqrt"),
+        ("embed_keras", _embed_keras("divide"), "divided by sqrt"),
+        ("embed_keras", _embed_keras(stop=True), "no gradient reaches argument 2.*stop_gradient"),
     ],
 )
 def test_typical_mistakes_are_named(exercise_id, wrong, message):

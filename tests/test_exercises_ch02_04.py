@@ -48,10 +48,10 @@ def _softmax(x, axis=-1):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _scalar(scores_of, axis=-1, softmax=True, transpose_p=False, blend_x=False):
+def _scalar(scores_of="q k", axis=-1, softmax=True, transpose_p=False, blend_x=False):
     def scalar_self_attention(x, w_q, w_k, w_v):
         q, k, v = x * w_q, x * w_k, x * w_v
-        scores = scores_of(x, q, k)
+        scores = {"q k": np.outer(q, k), "q q": np.outer(q, q), "x x": np.outer(x, x)}[scores_of]
         p = _softmax(scores, axis) if softmax else scores
         h = (p.T if transpose_p else p) @ (x if blend_x else v)
         return h, p
@@ -107,12 +107,12 @@ def _self_attention_keras(width="d_out", bias=False, shared=False, scale="d_out"
 
 
 CHAPTER_2 = [
-    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), axis=0), "wrong axis"),
-    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, q)), "query by a query"),
-    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), softmax=False), "not turned into probabilities"),
-    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(x, x)), "project first"),
-    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), transpose_p=True), r"not P\.T @ v"),
-    ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), blend_x=True), "blend the values"),
+    ("scalar_self_attention", _scalar(axis=0), "wrong axis"),
+    ("scalar_self_attention", _scalar("q q"), "query by a query"),
+    ("scalar_self_attention", _scalar(softmax=False), "not turned into probabilities"),
+    ("scalar_self_attention", _scalar("x x"), "project first"),
+    ("scalar_self_attention", _scalar(transpose_p=True), r"not P\.T @ v"),
+    ("scalar_self_attention", _scalar(blend_x=True), "blend the values"),
     *[
         (f"attention_{track}", _attention(**kwargs), message)
         for track in ("torch", "keras")

@@ -97,6 +97,10 @@ def _shift_wrong_frequency(pe, k):
     return _rotate(pe, k, _omega(pe.shape[-1], power=1))
 
 
+def _shift_unchanged(pe, k):
+    return pe
+
+
 def _torch_input(scale_embedding=True, add_pe=True, scale_pe=False, start=0):
     import torch
 
@@ -135,7 +139,7 @@ CH05_MISTAKES = [
     ("shift_encoding", lambda: _shift_add, "adding PE"),
     ("shift_encoding", lambda: _shift_multiply, "multiplying by PE"),
     ("shift_encoding", lambda: _shift_wrong_frequency, r"10000\*\*\(-i / d_model\)"),
-    ("shift_encoding", lambda: (lambda pe, k: pe), "unchanged"),
+    ("shift_encoding", lambda: _shift_unchanged, "unchanged"),
     ("encoder_input_torch", lambda: _torch_input(scale_embedding=False), "sqrt"),
     ("encoder_input_torch", lambda: _torch_input(add_pe=False), "positional encoding is missing"),
     ("encoder_input_torch", lambda: _torch_input(scale_pe=True), "scaled too"),

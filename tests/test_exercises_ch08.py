@@ -78,12 +78,27 @@ def _overflowing_softmax(x):
         return _softmax(x, stable=False)
 
 
+def _temperature(kind):
+    def temperature_softmax(logits, t):
+        if kind == "multiplied":
+            return _softmax(logits * t)
+        if kind == "columns":
+            return _softmax(logits / t, axis=0)
+        if kind == "power":
+            return _softmax(logits) ** (1 / t)
+        if kind == "divided after":
+            return _softmax(logits) / t
+        return _overflowing_softmax(logits / t)
+
+    return temperature_softmax
+
+
 TEMPERATURE_MISTAKES = [
-    (lambda logits, t: _softmax(logits * t), "multiplied by the temperature"),
-    (lambda logits, t: _softmax(logits / t, axis=0), "wrong axis"),
-    (lambda logits, t: _softmax(logits) ** (1 / t), "without normalising again"),
-    (lambda logits, t: _softmax(logits) / t, "divided by the temperature"),
-    (lambda logits, t: _overflowing_softmax(logits / t), "subtract each row's maximum"),
+    (_temperature("multiplied"), "multiplied by the temperature"),
+    (_temperature("columns"), "wrong axis"),
+    (_temperature("power"), "without normalising again"),
+    (_temperature("divided after"), "divided by the temperature"),
+    (_temperature("overflowing"), "subtract each row's maximum"),
 ]
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,11 +176,24 @@ def _nll(logits, targets):
     return -np.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
 
 
+def _perplexity(kind):
+    def perplexity(logits, targets):
+        if kind == "no exp":
+            return float(_nll(logits, targets).mean())
+        if kind == "exp first":
+            return float(np.exp(_nll(logits, targets)).mean())
+        if kind == "sum":
+            return float(np.exp(_nll(logits, targets).sum()))
+        return float(np.exp(_nll(logits, logits.argmax(-1)).mean()))  # scores the model's own best guess
+
+    return perplexity
+
+
 PERPLEXITY_MISTAKES = [
-    (lambda logits, targets: float(_nll(logits, targets).mean()), "its exponential"),
-    (lambda logits, targets: float(np.exp(_nll(logits, targets)).mean()), "average the losses first"),
-    (lambda logits, targets: float(np.exp(_nll(logits, targets).sum())), "average over the tokens"),
-    (lambda logits, targets: float(np.exp(_nll(logits, logits.argmax(-1)).mean())), "score the target token"),
+    (_perplexity("no exp"), "its exponential"),
+    (_perplexity("exp first"), "average the losses first"),
+    (_perplexity("sum"), "average over the tokens"),
+    (_perplexity("argmax"), "score the target token"),
 ]
 
 CH08_MISTAKES = [

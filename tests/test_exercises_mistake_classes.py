@@ -30,7 +30,8 @@ def _solutions(chapter: str) -> dict:
 
 CH1, CH2, CH3, CH4 = (_solutions(c) for c in ("01_text_as_numbers", "02_attention", "03_multihead_attention",
                                               "04_masking"))
-CH5, CH6, CH7 = (_solutions(c) for c in ("05_positional_encoding", "06_add_and_norm", "07_full_model"))
+CH5, CH6, CH7, CH8 = (_solutions(c) for c in ("05_positional_encoding", "06_add_and_norm", "07_full_model",
+                                               "08_gpt"))
 
 
 def _as_numpy(fn):
@@ -182,3 +183,59 @@ def _detached(fn):
 def test_a_detached_result_loses_its_gradient(exercise_id, chapter):
     with pytest.raises(CheckFailed, match="no gradient reaches argument"):
         run_check(exercise_id, _detached(chapter[exercise_id]))
+
+
+def _stopped(fn, keep=()):
+    """A Keras answer whose float tensor arguments go through keras.ops.stop_gradient (those in ``keep`` do not):
+    the values are right, the gradient is lost."""
+
+    def wrapped(*args):
+        return fn(*(ops.stop_gradient(a) if i not in keep and ops.is_tensor(a) and "float" in str(a.dtype) else a
+                    for i, a in enumerate(args)))
+
+    return wrapped
+
+
+def _pre_ln_stopped(x, sublayer, norm):
+    return ops.stop_gradient(x) + sublayer(norm(x))
+
+
+KERAS_STOPPED = [
+    ("embed_keras", _stopped(CH1["embed_keras"]), "no gradient reaches argument 2"),
+    ("attention_keras", _stopped(CH2["attention_keras"]), "no gradient reaches argument 1"),
+    ("multi_head_attention_keras", _stopped(CH3["multi_head_attention_keras"], keep=(0,)),
+     "no gradient reaches argument 2"),
+    ("masked_attention_keras", _stopped(CH4["masked_attention_keras"]), "no gradient reaches argument 1"),
+    ("encoder_input_keras", _stopped(CH5["encoder_input_keras"]), "no gradient reaches argument 2"),
+    ("pre_ln_sublayer_keras", _pre_ln_stopped, "residual path must stay in the graph.*stop_gradient"),
+    ("label_smoothed_loss_keras", _stopped(CH7["label_smoothed_loss_keras"]), "cannot be differentiated"),
+    ("cached_attention_keras", _stopped(CH8["cached_attention_keras"], keep=(0, 3, 4)),
+     "no gradient reaches argument 2"),
+]
+
+
+@pytest.mark.parametrize("exercise_id, wrong, message", KERAS_STOPPED, ids=[m[0] for m in KERAS_STOPPED])
+def test_a_keras_answer_that_stops_the_gradient_fails(exercise_id, wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        run_check(exercise_id, wrong)
+
+
+def test_keras_gradients_are_computed_in_the_students_process(tmp_path):
+    """Through the sandbox: the backend's autodiff runs next to the student's code and the grader compares; a
+    stop_gradient on the residual or on the inputs of attention fails, the solutions' other Keras answers pass."""
+    residual = _mutate(tmp_path, "06_add_and_norm", "pre_ln_sublayer_keras",
+                       "    return ops.add(ops.stop_gradient(x), sublayer(norm(x)))\n")
+    attention = _mutate(tmp_path, "02_attention", "attention_keras",
+                        "    q, k, v = (ops.stop_gradient(t) for t in (q, k, v))\n"
+                        "    weights = ops.softmax(ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1]))\n"
+                        "    return ops.matmul(weights, v), weights\n")
+    report = grade([residual, attention], tracks=["keras"])
+    first, second = report.notebooks
+    result = first.result("pre_ln_sublayer_keras")
+    assert (result.status, result.reason) == (FAILED, "wrong"), result
+    assert "residual path must stay in the graph (no keras.ops.stop_gradient" in result.message
+    result = second.result("attention_keras")
+    assert (result.status, result.reason) == (FAILED, "wrong"), result
+    assert "no gradient reaches argument 1" in result.message and "stop_gradient" in result.message
+    assert all(r.status == PASSED for r in first.exercises + second.exercises
+               if r.id not in ("pre_ln_sublayer_keras", "attention_keras") and r.track != "torch")

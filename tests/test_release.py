@@ -47,7 +47,7 @@ def test_the_release_ships_the_course_but_no_answers_and_no_instructor_files(bui
     top = {name.split("/", 1)[0] for name in written}
     assert {"notebooks", "exercises", "companion", "book", "data", ".github", "_config.yml", "_toc.yml"} <= top
     for absent in ("solutions", "tests", "benchmarks", "grading.toml", "CONTRIBUTING.md", ".ci",
-                   "companion/release.py", "companion/grade/synthetic.py"):
+                   "companion/release.py", "companion/grade/synthetic.py", "companion/grade/mutant_source.py"):
         assert not (dest / absent).exists(), absent
     assert (dest / ".github/workflows/grade.yml").read_bytes() == (ROOT / ".github/workflows/grade.yml").read_bytes()
     assert sorted(p.name for p in (dest / "exercises").glob("*.md")) == \

@@ -42,8 +42,10 @@ above works in both, because the proxy supports exactly this:
 - **reading and setting attributes** (``layer.wq``, ``layer.wq.weight.shape``, ``layer.wq.weight.copy_(w)``,
   ``dense.kernel.assign(w)``; ``copy_`` on a parameter runs without autograd), and ``isinstance(proxy,
   torch.nn.Linear)``, ``keras.layers.Dense``, ... for framework classes; ``__name__`` is the student's name;
-- **gradients** through :func:`companion.checks.tracks.torch_gradients` (not ``.backward()`` on a result, which
-  is a copy: the backward pass must run where the graph is);
+- **gradients** through :func:`companion.checks.tracks.torch_gradients` and, for Keras answers,
+  :func:`companion.checks.tracks.keras_gradients` (the backend's autodiff: ``tf.GradientTape``, torch autograd or
+  ``jax.vjp``), or :func:`companion.checks.tracks.expect_differentiable` for either track (not ``.backward()`` on a
+  result, which is a copy: the backward pass must run where the graph is);
 - **nothing else**: no ``len()``, iteration, arithmetic or comparison on a proxy itself (call it, or read its
   attributes, and work on the data that comes back), no module-level state shared with the student's code, no
   access to the student's globals. Objects passed in are copies: a checker that needs the student's code to see

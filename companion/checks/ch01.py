@@ -91,7 +91,8 @@ def check_one_hot_batch(one_hot_batch) -> None:
             if "IndexError" not in str(failure):
                 raise
         if short is not None and to_numpy(short).shape[-1:] == (num_words,):
-            raise CheckFailed(hint)
+            raise CheckFailed(f"one_hot_batch(ids of shape {shape}, num_words={num_words}) has shape "
+                              f"{tuple(to_numpy(short).shape)}, expected {(*shape, num_words + 1)}. Likely: {hint}")
         ids.flat[0] = num_words  # the largest id must fit
         expected = text.one_hot(ids, num_words + 1)
         try:
@@ -129,8 +130,8 @@ def _check_embedding(embed, to_framework, name: str, track: str = "numpy") -> No
             },
         )
         expect_type(answer, track, f"the result of {name}", "float")
-        if track == "torch":
-            expect_differentiable(embed, to_framework(ids, table), f"{name}(ids, table)", (1,))
+        if track in ("torch", "keras"):
+            expect_differentiable(embed, to_framework(ids, table), f"{name}(ids, table)", (1,), track=track)
 
 
 @exercise(CHAPTER, "embed_torch", "embedding as one-hot @ table, times sqrt(d_model), in PyTorch", track="torch",

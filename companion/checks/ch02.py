@@ -147,8 +147,9 @@ def _check_attention(attention, track: str, name: str) -> None:
         answer = call(attention, *converter(track)(q, k, v))
         check_attention_pair(answer, variants, f"{name}(q {q.shape}, k {k.shape}, v {v.shape})", **tolerance(track),
                              track=track)
-        if track == "torch":
-            expect_differentiable(attention, converter(track)(q, k, v), f"{name}(q {q.shape}, k, v)", (0, 1, 2), 0)
+        if track in ("torch", "keras"):
+            expect_differentiable(attention, converter(track)(q, k, v), f"{name}(q {q.shape}, k, v)", (0, 1, 2), 0,
+                                  track=track)
 
 
 @exercise(CHAPTER, "attention_torch", "softmax(q k^T / sqrt(d_k)) v with its weights, in PyTorch", track="torch",

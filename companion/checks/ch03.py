@@ -226,9 +226,9 @@ def _check_mha(multi_head_attention, track: str, name: str) -> None:
         expect_close(out, right_out, f"the output of {what}", mistakes=out_mistakes, **tolerance(track))
         expect_type(answer[0], track, f"the output of {what}", "float")
         expect_type(answer[1], track, f"the weights of {what}", "float")
-        if track == "torch":
+        if track in ("torch", "keras"):
             expect_differentiable(multi_head_attention, (*to_framework(query, key, value), framework_params, num_heads,
-                                                         framework_mask), what, (0, 1, 2), 0)
+                                                         framework_mask), what, (0, 1, 2), 0, track=track)
 
 
 @exercise(CHAPTER, "multi_head_attention_torch", "project, split, attend, merge, project back, in PyTorch", "torch",

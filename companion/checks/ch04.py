@@ -209,8 +209,8 @@ def _check_masked_attention(masked_attention, track: str, name: str) -> None:
         )
         expect_type(answer[0], track, f"the output of {what}", "float")
         expect_type(answer[1], track, f"the weights of {what}", "float")
-        if track == "torch" and not half:
-            expect_differentiable(masked_attention, converter(track)(q, k, v, mask), what, (0, 1, 2), 0)
+        if track in ("torch", "keras") and not half:
+            expect_differentiable(masked_attention, converter(track)(q, k, v, mask), what, (0, 1, 2), 0, track=track)
         if half and to_numpy(answer[0]).dtype != np.float16:
             raise CheckFailed(f"{what}: float16 inputs should give a float16 output; got {to_numpy(answer[0]).dtype}")
 

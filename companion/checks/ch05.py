@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import call, exercise, expect_close, rng, to_numpy
-from companion.checks.tracks import expect_type
+from companion.checks.tracks import expect_differentiable, expect_type
 from companion.reference.positional import sinusoidal_positional_encoding
 
 CHAPTER = "05_positional_encoding"
@@ -146,6 +146,8 @@ def _check_encoder_input(encoder_input, to_framework, name: str, track: str = "n
             atol=1e-4,
         )
         expect_type(answer, track, f"the result of {name}", "float")
+        if track in ("torch", "keras"):  # the embedding table is trained through this: its gradient must reach it
+            expect_differentiable(encoder_input, to_framework(ids, table), f"{name}(ids, table)", (1,), track=track)
 
 
 @exercise(CHAPTER, "encoder_input_torch", "embedding * sqrt(d_model) + PE[:seq_len], in PyTorch", track="torch")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import CheckFailed, _short, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import LAYER_NORM_SHORTCUTS, expect_type, torch_gradients
+from companion.checks.tracks import LAYER_NORM_SHORTCUTS, expect_type, keras_gradients, torch_gradients
 from companion.reference.addnorm import layer_norm as reference_layer_norm
 
 CHAPTER = "06_add_and_norm"
@@ -116,6 +116,20 @@ def _check_pre_ln(pre_ln_sublayer, build, name: str) -> None:
         )
 
 
+def _check_residual_gradient(pre_ln_sublayer, x, zero_sublayer, norm, track: str, name: str) -> None:
+    """The residual path carries the upstream gradient to x unchanged: with a sublayer that outputs zeros, the
+    gradient of x is the upstream gradient itself (zero or missing when the residual is detached)."""
+    upstream = np.random.default_rng(9).standard_normal(tuple(x.shape)).astype(to_numpy(x).dtype)
+    result, grads, why = call(torch_gradients if track == "torch" else keras_gradients, pre_ln_sublayer,
+                              (x, zero_sublayer, norm), upstream)
+    expect_type(result, track, f"the result of {name}", "float")
+    graph = "no .detach(), no torch.no_grad()" if track == "torch" else "no keras.ops.stop_gradient"
+    if grads[0] is None or not np.allclose(to_numpy(grads[0]), upstream, atol=1e-4):
+        raise CheckFailed(f"x receives {'no' if grads[0] is None else 'the wrong'} gradient from {name}(x, sublayer, "
+                          f"norm): the residual path must stay in the graph ({graph}, no NumPy round trip)"
+                          + (f"; {why}" if why else ""))
+
+
 @exercise(CHAPTER, "pre_ln_sublayer_torch", "pre-LN residual: x + sublayer(norm(x)), in PyTorch", track="torch")
 def check_pre_ln_sublayer_torch(pre_ln_sublayer_torch) -> None:
     import torch
@@ -130,17 +144,9 @@ def check_pre_ln_sublayer_torch(pre_ln_sublayer_torch) -> None:
 
     with torch.no_grad():
         _check_pre_ln(pre_ln_sublayer_torch, build, "pre_ln_sublayer_torch")
-    # The residual path carries the gradient to x unchanged: it must not be detached.
-    for x, gamma, beta, weight, bias in _pre_ln_cases():
-        x_tensor, sublayer, norm = build(x, gamma, beta, weight, bias)
-        upstream = np.random.default_rng(9).standard_normal(x.shape)
-        result, grads, why = torch_gradients(pre_ln_sublayer_torch, (x_tensor, sublayer, norm), upstream)
-        expect_type(result, "torch", "the result of pre_ln_sublayer_torch", "float")
-        if grads[0] is None or not np.abs(to_numpy(grads[0])).sum() > 0:
-            raise CheckFailed("x receives no gradient from pre_ln_sublayer_torch(x, sublayer, norm): the residual "
-                              "path must stay in the graph (no .detach(), no torch.no_grad(), no NumPy round trip)"
-                              + (f"; {why}" if why else ""))
-        break
+    x, gamma, beta, weight, bias = next(iter(_pre_ln_cases()))
+    x_tensor, _, norm = build(x, gamma, beta, weight, bias)
+    _check_residual_gradient(pre_ln_sublayer_torch, x_tensor, torch.zeros_like, norm, "torch", "pre_ln_sublayer_torch")
 
 
 @exercise(CHAPTER, "pre_ln_sublayer_keras", "pre-LN residual: x + sublayer(norm(x)), in Keras", track="keras")
@@ -158,6 +164,9 @@ def check_pre_ln_sublayer_keras(pre_ln_sublayer_keras) -> None:
         return ops.convert_to_tensor(x32), (lambda h: ops.tanh(ops.matmul(h, w) + b)), norm
 
     _check_pre_ln(pre_ln_sublayer_keras, build, "pre_ln_sublayer_keras")
+    x, gamma, beta, weight, bias = next(iter(_pre_ln_cases()))
+    x_tensor, _, norm = build(x, gamma, beta, weight, bias)
+    _check_residual_gradient(pre_ln_sublayer_keras, x_tensor, ops.zeros_like, norm, "keras", "pre_ln_sublayer_keras")
 
 
 def _encoder_layer_count(d_model: int, num_heads: int, d_ff: int) -> int:

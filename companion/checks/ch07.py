@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import CheckFailed, _short, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import LOSS_SHORTCUTS, expect_type, torch_gradients
+from companion.checks.tracks import LOSS_SHORTCUTS, expect_type, keras_gradients, torch_gradients
 from companion.training import transformer_parameter_count, warmup_learning_rate
 
 CHAPTER = "07_full_model"
@@ -264,6 +264,17 @@ def check_label_smoothed_loss_keras(label_smoothed_loss_keras) -> None:
         "label_smoothed_loss_keras",
         "keras",
     )
+    # As in PyTorch: the loss must stay in the graph of the logits (the backend's autodiff).
+    logits, labels, smoothing, pad_id = next(iter(_loss_cases(5)))
+    try:
+        _, grads, why = keras_gradients(label_smoothed_loss_keras, (ops.convert_to_tensor(logits.astype(np.float32)),
+                                                                    ops.convert_to_tensor(labels.astype("int32")),
+                                                                    smoothing, pad_id), 1.0)
+    except Exception as error:
+        raise CheckFailed(f"the loss could not be differentiated: {type(error).__name__}: {error}") from None
+    if grads[0] is None and not why.startswith("the output is a"):  # not a tensor at all: expect_type names that
+        raise CheckFailed("the loss cannot be differentiated with respect to the logits: return the Keras tensor "
+                          f"itself (no keras.ops.stop_gradient, no float(loss) or NumPy value); {why}")
 
 
 # ---------------------------------------------------------------------------------------------------------------

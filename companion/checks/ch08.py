@@ -9,6 +9,7 @@ import numpy as np
 
 from companion.bpe import merge_pair
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks.tracks import expect_differentiable, expect_type
 from companion.sampling import softmax, top_p_mask
 
 CHAPTER = "08_gpt"
@@ -250,7 +251,7 @@ def _cache_cases():
         yield q, k_new, v_new, k_cache, v_cache
 
 
-def _check_cached_attention(cached_attention, to_framework, name: str) -> None:
+def _check_cached_attention(cached_attention, to_framework, name: str, track: str) -> None:
     for q, k_new, v_new, k_cache, v_cache in _cache_cases():
         d_head = q.shape[-1]
         k_all, v_all = np.concatenate([k_cache, k_new], axis=2), np.concatenate([v_cache, v_new], axis=2)
@@ -285,6 +286,11 @@ def _check_cached_attention(cached_attention, to_framework, name: str) -> None:
             },
             atol=1e-4,
         )
+        for position, part in enumerate(("output", "k_cache", "v_cache")):
+            expect_type(result[position], track, f"the {part} returned by {what}", "float")
+        # Training a model with a cache (or fine-tuning through it) back-propagates through q and the new k, v.
+        expect_differentiable(cached_attention, to_framework(q, k_new, v_new, k_cache, v_cache), what, (0, 1, 2, 3, 4),
+                              0, track=track)
 
 
 @exercise(CHAPTER, "cached_attention_torch", "one generation step of attention with a key/value cache, in PyTorch",
@@ -293,7 +299,8 @@ def check_cached_attention_torch(cached_attention_torch) -> None:
     import torch
 
     _check_cached_attention(
-        cached_attention_torch, lambda *arrays: tuple(torch.as_tensor(a) for a in arrays), "cached_attention_torch"
+        cached_attention_torch, lambda *arrays: tuple(torch.as_tensor(a) for a in arrays), "cached_attention_torch",
+        "torch",
     )
 
 
@@ -304,7 +311,7 @@ def check_cached_attention_keras(cached_attention_keras) -> None:
 
     _check_cached_attention(
         cached_attention_keras, lambda *arrays: tuple(ops.convert_to_tensor(a) for a in arrays),
-        "cached_attention_keras",
+        "cached_attention_keras", "keras",
     )
 
 

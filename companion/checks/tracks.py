@@ -134,19 +134,48 @@ def torch_gradients(fn: Any, args: tuple, upstream: Any, index: int | None = Non
     return result, [getattr(a, "grad", None) for a in prepared], ""
 
 
-def expect_differentiable(fn: Any, args: tuple, what: str, inputs: tuple[int, ...], index: int | None = None) -> None:
+def keras_gradients(fn: Any, args: tuple, upstream: Any, index: int | None = None) -> tuple[Any, list, str]:
+    """Like :func:`torch_gradients`, for a Keras answer: the active backend's autodiff (``tf.GradientTape`` on
+    TensorFlow, autograd on torch, ``jax.vjp`` on JAX), in the student's process when ``fn`` is a grader proxy.
+    """
+    if type(fn).__name__ == "Remote":
+        session = object.__getattribute__(fn, "_session")
+        return session.grad(fn, args, upstream, index, framework="keras")
+    from companion.grade.sandbox.keras_grad import keras_gradients as local
+
+    return local(fn, args, upstream, index)
+
+
+#: How each track's answer loses its gradient, for the messages.
+_GRAPH = {
+    "torch": "torch's graph (no .detach(), no torch.no_grad(), no NumPy round trip)",
+    "keras": "the backend's autodiff graph (no keras.ops.stop_gradient, no NumPy round trip)",
+}
+
+
+def gradients(track: str, fn: Any, args: tuple, upstream: Any, index: int | None = None) -> tuple[Any, list, str]:
+    """:func:`torch_gradients` or :func:`keras_gradients`, by track."""
+    if track not in _GRAPH:
+        raise ValueError(f"track must be 'torch' or 'keras'; got {track!r}")
+    return (torch_gradients if track == "torch" else keras_gradients)(fn, args, upstream, index)
+
+
+def expect_differentiable(fn: Any, args: tuple, what: str, inputs: tuple[int, ...], index: int | None = None,
+                          track: str = "torch") -> None:
     """The gradient of the output (``index`` of several) reaches each float tensor argument listed in ``inputs``.
 
-    Catches a ``.detach()``, a ``torch.no_grad()`` or a NumPy round trip inside a torch answer.
+    Catches a ``.detach()``, a ``torch.no_grad()`` or a NumPy round trip inside a torch answer, and a
+    ``keras.ops.stop_gradient`` or a NumPy round trip inside a Keras answer.
     """
     from companion.checks import call
 
-    result, grads, why = call(torch_gradients, fn, args, None, index)
+    if track not in _GRAPH:
+        raise ValueError(f"track must be 'torch' or 'keras'; got {track!r}")
+    result, grads, why = call(torch_gradients if track == "torch" else keras_gradients, fn, args, None, index)
     if why.startswith("the output is a"):
         return  # not a tensor at all: expect_type names that
     for position in inputs:
         grad = grads[position]
         if grad is None or not bool(np.isfinite(to_numpy(grad)).all()):
             raise CheckFailed(f"{what}: no gradient reaches argument {position + 1}; the computation must stay in "
-                              "torch's graph (no .detach(), no torch.no_grad(), no NumPy round trip)"
-                              + (f" ({why})" if why else ""))
+                              f"{_GRAPH[track]}" + (f" ({why})" if why else ""))

@@ -43,7 +43,7 @@ NOTEBOOK_SUFFIXES = (".md", ".ipynb")
 #: Seconds allowed to a grader process beyond its steps' time limits (start-up: importing the frameworks).
 STARTUP_ALLOWANCE = 300.0
 _LOG_LIMIT = 200_000
-_OWN_FILES = {"classroom.py", "gradebook.py", "synthetic.py"}
+_OWN_FILES = {"classroom.py", "gradebook.py", "synthetic.py", "mutant_source.py"}
 
 
 _RUNNING: set[subprocess.Popen] = set()  # the graders running now, stopped on Ctrl-C

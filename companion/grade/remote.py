@@ -264,15 +264,19 @@ class Session:
             reply = {"reply": True, "error": {"type": type(error).__name__, "message": str(error)[:2000]}}
         self.send(reply, buffers)
 
-    def grad(self, remote: Remote, args: tuple, upstream: Any, index: int | None = None) -> tuple[Any, list, str]:
+    def grad(self, remote: Remote, args: tuple, upstream: Any, index: int | None = None,
+             framework: str = "torch") -> tuple[Any, list, str]:
         """Call ``remote`` on ``args`` (float tensors get ``requires_grad``) and back-propagate ``upstream``.
 
+        ``framework`` is ``torch`` (autograd) or ``keras`` (the active backend's autodiff).
         Returns (the result, the gradient of each argument or None, why there are none).
         """
+        if framework not in ("torch", "keras"):
+            raise ValueError(f"framework must be 'torch' or 'keras'; got {framework!r}")
         buffers: list[bytes] = []
         header = {"op": "grad", "output_limit": self.output_limit, "target": object.__getattribute__(remote, "_ref"),
                   "args": P.encode(tuple(args), buffers, self._other), "kwargs": {"dict": []},
-                  "upstream": P.encode(upstream, buffers, self._other), "index": index}
+                  "upstream": P.encode(upstream, buffers, self._other), "index": index, "framework": framework}
         self.calls += 1
         self.send(header, buffers)
         reply, data = self._wait()

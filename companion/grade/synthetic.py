@@ -6,9 +6,11 @@ own material, so the expected grade of every exercise is known in advance:
 - ``solution``: the reference answers (every exercise passes);
 - ``stubs``: the generated exercise notebooks (every exercise fails: not implemented);
 - ``mutant``: the reference answers with a few answers replaced by the typical mistakes committed in
-  ``tests/test_exercises*.py`` (the mistakes are imported from there, never copied: a notebook cell reads
-  ``from companion.grade.synthetic import mutant_ch02_04_17 as attention_torch``, and this module's
-  ``__getattr__`` finds entry 17 of that test module's table of typical mistakes);
+  ``tests/test_exercises*.py``. The sandbox shows the student's process neither ``tests/`` nor the course's
+  package, so each mistake is written into the notebook as self-contained source
+  (:mod:`companion.grade.mutant_source`): its factory with the bound arguments and its helpers, under names of
+  their own, and a ``def`` (or ``class``) with the exercise's name that uses them. Mistakes that cannot be
+  written as source are never picked;
 - broken students: ``missing`` (some notebooks absent), ``empty`` (no notebook at all), ``not_utf8`` (a notebook
   saved as Latin-1), ``not_json`` (an ``.ipynb`` cut off in the middle), ``not_notebook`` (a ``.md`` with prose
   and no code) and ``endless`` (an answer that loops forever).
@@ -33,6 +35,8 @@ from typing import Any
 from companion.checks import exercises_for, registry
 from companion.exercises import make_exercise
 
+from .mutant_source import NotRenderable, render
+
 ROOT = Path(__file__).resolve().parents[2]
 #: Key in a mutant's name -> the test module that holds its table of typical mistakes.
 MUTANT_MODULES = {
@@ -40,6 +44,7 @@ MUTANT_MODULES = {
     "ch02_04": "test_exercises_ch02_04",
     "ch05_06": "test_exercises_ch05_06",
     "ch07": "test_exercises_ch07",
+    "ch08": "test_exercises_ch08",
 }
 KINDS = ("solution", "mutant", "stubs", "mutant", "missing", "mutant", "not_utf8", "empty", "not_json", "endless",
          "not_notebook")
@@ -63,20 +68,30 @@ def mutant_table(key: str) -> list[tuple[str, Any]]:
         spec.loader.exec_module(module)
     marks = [m for m in module.test_typical_mistakes_are_named.pytestmark if m.name == "parametrize"]
     argnames, argvalues = marks[0].args[:2]
-    factory = "make_wrong" in argnames  # chapters 5-6 store factories, called once per test
+    factory = argnames.split(",")[1].strip() in ("make_wrong", "make")  # chapters 5, 6, 8 store factories
     return [(case[0], case[1]() if factory else case[1]) for case in argvalues]
 
 
-def __getattr__(name: str) -> Any:
-    """``from companion.grade.synthetic import mutant_ch01_3`` returns typical mistake 3 of tests/test_exercises.py."""
+def mutant_name(key: str, index: int) -> str:
+    """The name of typical mistake ``index`` of the table ``key`` (``mutant_ch02_04_17``)."""
+    return f"mutant_{key}_{index}"
+
+
+def mutant_source(name: str, symbol: str) -> str:
+    """Self-contained source that defines ``symbol`` as the typical mistake ``name`` (see :func:`mutant_name`).
+
+    Raises:
+        ValueError: no such mistake.
+        NotRenderable: the mistake cannot be written as source.
+    """
     match = _MUTANT_NAME.match(name)
     if not match:
-        raise AttributeError(name)
+        raise ValueError(f"name must look like mutant_ch02_04_17; got {name!r}")
     table = mutant_table(match["key"])
     index = int(match["index"])
     if index >= len(table):
-        raise AttributeError(f"{name}: the table has {len(table)} entries")
-    return table[index][1]
+        raise ValueError(f"{name}: the table has {len(table)} entries")
+    return render(table[index][1], symbol, prefix=f"_{name}_")
 
 
 def mutant_key(chapter: str) -> str:
@@ -89,12 +104,18 @@ def mutant_key(chapter: str) -> str:
     raise ValueError(f"no table of typical mistakes covers chapter {chapter!r}")
 
 
-def mutants_by_exercise(chapters: list[str]) -> dict[str, list[str]]:
-    """Exercise id -> the importable names of its typical mistakes, for the exercises of ``chapters``."""
-    found: dict[str, list[str]] = {}
+def mutants_by_exercise(chapters: list[str]) -> dict[str, dict[str, str]]:
+    """Exercise id -> {mistake name: its source}, for the exercises of ``chapters`` (renderable mistakes only)."""
+    symbols = {e.id: e.symbol for e in registry().values()}
+    found: dict[str, dict[str, str]] = {}
     for key in dict.fromkeys(mutant_key(chapter) for chapter in chapters):
         for index, (exercise_id, _) in enumerate(mutant_table(key)):
-            found.setdefault(exercise_id, []).append(f"mutant_{key}_{index}")
+            name = mutant_name(key, index)
+            try:
+                source = mutant_source(name, symbols[exercise_id])
+            except NotRenderable:
+                continue
+            found.setdefault(exercise_id, {})[name] = source
     return found
 
 
@@ -126,8 +147,12 @@ def _chapters(chapters: list[str] | None) -> list[str]:
 
 
 def build_student(folder: Path, kind: str, chapters: list[str], rng: random.Random,
-                  solutions: Path = ROOT / "solutions") -> dict[str, bool]:
-    """Write one student of ``kind`` into ``folder/exercises``; return exercise id -> expected to pass."""
+                  solutions: Path = ROOT / "solutions",
+                  mutants: dict[str, dict[str, str]] | None = None) -> dict[str, bool]:
+    """Write one student of ``kind`` into ``folder/exercises``; return exercise id -> expected to pass.
+
+    ``mutants`` is :func:`mutants_by_exercise` of ``chapters`` (computed here when not given).
+    """
     if kind not in set(KINDS):
         raise ValueError(f"kind must be one of {', '.join(sorted(set(KINDS)))}; got {kind!r}")
     notebooks = folder / "exercises"
@@ -135,7 +160,8 @@ def build_student(folder: Path, kind: str, chapters: list[str], rng: random.Rand
     expected: dict[str, bool] = {}
     if kind == "empty":
         return {e.id: False for chapter in chapters for e in exercises_for(chapter)}
-    mutants = mutants_by_exercise(chapters) if kind == "mutant" else {}
+    if kind == "mutant" and mutants is None:
+        mutants = mutants_by_exercise(chapters)
     dropped = set(rng.sample(chapters, max(1, len(chapters) // 2))) if kind == "missing" else set()
     broken_chapter = rng.choice(chapters)
     for chapter in chapters:
@@ -153,10 +179,7 @@ def build_student(folder: Path, kind: str, chapters: list[str], rng: random.Rand
             candidates = [e for e in items if mutants.get(e.id) and not _called_elsewhere(e.symbol, text)]
             wrong = rng.sample(candidates, k=min(2, len(candidates)))
             for item in wrong:
-                # A stub first: should the import fail (say, a sandbox that hides tests/), the answer still fails.
-                text += _code_cell(f"def {item.symbol}(*args, **kwargs):\n    raise NotImplementedError")
-                text += _code_cell(f"from companion.grade.synthetic import {rng.choice(mutants[item.id])} "
-                                   f"as {item.symbol}")
+                text += _code_cell(mutants[item.id][rng.choice(sorted(mutants[item.id]))])
                 passing[item.id] = False
         elif kind == "endless" and chapter == broken_chapter:
             looping = next(e for e in items if re.search(rf"^def {e.symbol}\(", text, re.M)
@@ -194,10 +217,11 @@ def build_class(dest: str | Path, students: int = 40, chapters: list[str] | None
     dest = Path(dest)
     rng = random.Random(seed)
     manifest = {}
+    mutants = mutants_by_exercise(chosen) if "mutant" in kinds[:students] else None
     for number in range(students):
         kind = kinds[number % len(kinds)]
         name = f"student{number + 1:03d}-{kind}"
-        manifest[name] = {"kind": kind, "expected": build_student(dest / name, kind, chosen, rng)}
+        manifest[name] = {"kind": kind, "expected": build_student(dest / name, kind, chosen, rng, mutants=mutants)}
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return manifest
 

@@ -293,11 +293,22 @@ class Server:
 
     def op_grad(self, message: dict, data: list, buffers: list) -> dict:
         """Call ``target`` on inputs that require gradients, back-propagate ``upstream`` from output ``index``."""
-        import torch
-
         target = self.objects[message["target"]]
         args = list(self.decode(message.get("args", {"tuple": []}), data))
         kwargs = self.decode(message.get("kwargs", {"dict": []}), data)
+        if message.get("framework") == "keras":
+            from .keras_grad import keras_gradients
+
+            call = target if not kwargs else (lambda *a: target(*a, **kwargs))
+            result, found, why = keras_gradients(call, tuple(args), self.decode(message["upstream"], data),
+                                                 message.get("index"))
+            if why:
+                return {"value": self.encode(result, buffers), "differentiable": False, "why": why}
+            grads = {str(i): g for i, g in enumerate(found) if g is not None}
+            return {"value": self.encode(result, buffers), "differentiable": True,
+                    "grads": self.encode(grads, buffers), "params": self.encode({}, buffers)}
+        import torch
+
         watched = []
         for i, arg in enumerate(args):
             if isinstance(arg, torch.Tensor) and arg.is_floating_point():
