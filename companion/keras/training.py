@@ -20,6 +20,7 @@ from ..data import decode_ids, encode_sentences, iterate_batches
 from ..text import Vocabulary
 from ..training import beam_search_from_scores, progress_bar, shift_targets, warmup_learning_rate
 from .device import default_device
+from .kv_cache import cached_beam_scorer, cross_attention_cache, decode_cached
 
 ADAM_BETAS = (0.9, 0.98)  # section 5.3 of the paper
 ADAM_EPSILON = 1e-9
@@ -275,7 +276,9 @@ class Trainer:
         return self.history
 
 
-def greedy_decode(model: keras.Model, src_ids, bos_id: int, eos_id: int, max_len: int | None = None):
+def greedy_decode(
+    model: keras.Model, src_ids, bos_id: int, eos_id: int, max_len: int | None = None, use_cache: bool = False
+):
     """Translate a whole batch at once, picking the most likely next token at every step.
 
     The source is encoded once. Each step runs the decoder on everything generated so far and appends the
@@ -285,6 +288,10 @@ def greedy_decode(model: keras.Model, src_ids, bos_id: int, eos_id: int, max_len
     Args:
         src_ids: ``(batch, src_len)``.
         max_len: most tokens to generate; default ``src_len + 10``, capped by the model's ``max_len - 1``.
+        use_cache: keep the decoder's keys and values (``companion.keras.kv_cache``): the cross-attention ones are
+            computed once, and each step computes only the new position. Same tokens, less work. Off by default:
+            the plain loop is the one chapter 7 explains, and it works with any model that has ``encode`` and
+            ``decode``; the cache needs the companion Transformer's decoder layers.
 
     Returns:
         int32 tensor ``(batch, out_len)``: the generated tokens without ``<s>``; a finished row ends with
@@ -297,10 +304,14 @@ def greedy_decode(model: keras.Model, src_ids, bos_id: int, eos_id: int, max_len
     batch = src.shape[0]
     limit = min(max_len if max_len is not None else src.shape[1] + 10, model.max_len - 1)
     memory, src_mask = model.encode(src)
+    cross_kv, self_kv = (cross_attention_cache(model, memory) if use_cache else None), None
     generated = ops.full((batch, 1), bos_id, dtype="int32")  # (batch, 1)
     finished = ops.zeros((batch,), dtype="bool")
     for _ in range(limit):
-        logits = model.decode(generated, memory, src_mask)  # (batch, steps, vocab)
+        if use_cache:  # logits of the new position only: (batch, 1, vocab)
+            logits, self_kv = decode_cached(model, generated, cross_kv, src_mask, self_kv)
+        else:
+            logits = model.decode(generated, memory, src_mask)  # (batch, steps, vocab)
         next_ids = ops.cast(ops.argmax(logits[:, -1], axis=-1), "int32")  # (batch,)
         next_ids = ops.where(finished, model.pad_id, next_ids)
         generated = ops.concatenate([generated, next_ids[:, None]], axis=1)
@@ -318,11 +329,13 @@ def beam_search(
     beam_size: int = 4,
     max_len: int | None = None,
     length_penalty: float = 0.6,
+    use_cache: bool = False,
 ):
     """Beam search, one source sentence at a time (the beams of a sentence form the batch).
 
     See ``companion.training.beam_search_from_scores`` for the search itself; this function only supplies the
-    next-token log-probabilities. Same output layout as :func:`greedy_decode`.
+    next-token log-probabilities. Same output layout as :func:`greedy_decode`. With ``use_cache=True`` the scores
+    come from ``companion.keras.kv_cache.cached_beam_scorer`` (same numbers, each step computes one position).
     """
     src = np.asarray(ops.convert_to_numpy(src_ids) if not isinstance(src_ids, np.ndarray) else src_ids)
     if src.ndim != 2:
@@ -342,7 +355,8 @@ def beam_search(
             )
             return ops.convert_to_numpy(ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1))
 
-        results.append(beam_search_from_scores(next_log_probs, bos_id, eos_id, beam_size, limit, length_penalty))
+        scorer = cached_beam_scorer(model, memory, src_mask) if use_cache else next_log_probs
+        results.append(beam_search_from_scores(scorer, bos_id, eos_id, beam_size, limit, length_penalty))
     width = max(len(r) for r in results)
     out = np.full((len(results), width), model.pad_id, dtype="int32")
     for row, tokens in enumerate(results):

@@ -36,7 +36,7 @@ from .text import check_ids
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
 
-__all__ = ["GPT", "GPTBlock", "KVCache", "cache_length", "generate"]
+__all__ = ["GPT", "GPTBlock", "cache_length", "generate"]
 
 
 class GPTBlock(nn.Module):

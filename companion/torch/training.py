@@ -17,6 +17,7 @@ from ..data import decode_ids, encode_sentences, iterate_batches
 from ..text import Vocabulary
 from ..training import beam_search_from_scores, progress_bar, shift_targets, warmup_learning_rate
 from .device import default_device
+from .kv_cache import cached_beam_scorer, cross_attention_cache, decode_cached
 
 ADAM_BETAS = (0.9, 0.98)  # section 5.3 of the paper
 ADAM_EPSILON = 1e-9
@@ -181,7 +182,12 @@ def _as_long(ids, device: torch.device) -> torch.Tensor:
 
 @torch.no_grad()
 def greedy_decode(
-    model: nn.Module, src_ids: torch.Tensor | np.ndarray, bos_id: int, eos_id: int, max_len: int | None = None
+    model: nn.Module,
+    src_ids: torch.Tensor | np.ndarray,
+    bos_id: int,
+    eos_id: int,
+    max_len: int | None = None,
+    use_cache: bool = False,
 ) -> torch.Tensor:
     """Translate a whole batch at once, picking the most likely next token at every step.
 
@@ -192,6 +198,10 @@ def greedy_decode(
     Args:
         src_ids: ``(batch, src_len)``.
         max_len: most tokens to generate; default ``src_len + 10``, capped by the model's ``max_len - 1``.
+        use_cache: keep the decoder's keys and values (``companion.torch.kv_cache``): the cross-attention ones are
+            computed once, and each step computes only the new position. Same tokens, less work. Off by default:
+            the plain loop is the one chapter 7 explains, and it works with any model that has ``encode`` and
+            ``decode``; the cache needs the companion Transformer's decoder layers.
 
     Returns:
         int64 ``(batch, out_len)``: the generated tokens without ``<s>``; a finished row ends with ``eos_id``
@@ -205,10 +215,14 @@ def greedy_decode(
         raise ValueError(f"src_ids must have shape (batch, src_len); got shape {tuple(src.shape)}")
     limit = min(max_len if max_len is not None else src.shape[1] + 10, model.max_len - 1)
     memory, src_mask = model.encode(src)
+    cross_kv, self_kv = (cross_attention_cache(model, memory) if use_cache else None), None
     generated = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=device)  # (batch, 1)
     finished = torch.zeros(src.shape[0], dtype=torch.bool, device=device)
     for _ in range(limit):
-        logits = model.decode(generated, memory, src_mask)  # (batch, steps, vocab)
+        if use_cache:  # logits of the new position only: (batch, 1, vocab)
+            logits, self_kv = decode_cached(model, generated, cross_kv, src_mask, self_kv)
+        else:
+            logits = model.decode(generated, memory, src_mask)  # (batch, steps, vocab)
         next_ids = logits[:, -1].argmax(dim=-1)  # (batch,)
         next_ids = next_ids.masked_fill(finished, model.pad_id)
         generated = torch.cat([generated, next_ids[:, None]], dim=1)
@@ -228,11 +242,13 @@ def beam_search(
     beam_size: int = 4,
     max_len: int | None = None,
     length_penalty: float = 0.6,
+    use_cache: bool = False,
 ) -> torch.Tensor:
     """Beam search, one source sentence at a time (the beams of a sentence form the batch).
 
     See ``companion.training.beam_search_from_scores`` for the search itself; this function only supplies the
-    next-token log-probabilities. Same output layout as :func:`greedy_decode`.
+    next-token log-probabilities. Same output layout as :func:`greedy_decode`. With ``use_cache=True`` the scores
+    come from ``companion.torch.kv_cache.cached_beam_scorer`` (same numbers, each step computes one position).
     """
     was_training = model.training
     model.eval()
@@ -251,7 +267,8 @@ def beam_search(
             logits = model.decode(ys, memory.expand(count, -1, -1), src_mask.expand(count, -1, -1, -1))
             return torch.log_softmax(logits[:, -1].float(), dim=-1).cpu().numpy()
 
-        results.append(beam_search_from_scores(next_log_probs, bos_id, eos_id, beam_size, limit, length_penalty))
+        scorer = cached_beam_scorer(model, memory, src_mask) if use_cache else next_log_probs
+        results.append(beam_search_from_scores(scorer, bos_id, eos_id, beam_size, limit, length_penalty))
     model.train(was_training)
     width = max(len(r) for r in results)
     out = torch.full((len(results), width), model.pad_id, dtype=torch.long, device=device)
