@@ -149,6 +149,99 @@ CH05_MISTAKES = [
     ("encoder_input_keras", lambda: _keras_input(start=1), "positions start at 1"),
 ]
 
+
+def _freq(power=2, sign=-1, per_column=False, wavelength=False, dtype=np.float64):
+    def angular_frequencies(d_model):
+        index = np.arange(d_model) // 2 if per_column else np.arange(d_model // 2)
+        omega = 10000.0 ** (sign * power * index / d_model)
+        return (2 * np.pi / omega if wavelength else omega).astype(dtype)
+
+    return angular_frequencies
+
+
+def _add_positions_torch(power=2, add=True, start=0, dtype=None):
+    import torch
+
+    def add_positions_torch(x):
+        seq_len, d_model = x.shape[1], x.shape[2]
+        angle = torch.arange(start, seq_len + start, dtype=torch.float64)[:, None] * 10000.0 ** (
+            -power * torch.arange(d_model // 2, dtype=torch.float64) / d_model)
+        pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
+        out = x + pe if add else pe.expand_as(x)
+        return out.double() if dtype == "double" else out.to(x.dtype)
+
+    return add_positions_torch
+
+
+def _add_positions_keras(power=2, start=0, as_numpy=False):
+    from keras import ops
+
+    def add_positions_keras(x):
+        seq_len, d_model = x.shape[1], x.shape[2]
+        angle = ops.arange(start, seq_len + start, dtype="float32")[:, None] * ops.power(
+            10000.0, -power * ops.arange(d_model // 2, dtype="float32") / d_model)
+        pe = ops.reshape(ops.stack([ops.sin(angle), ops.cos(angle)], axis=-1), (seq_len, d_model))
+        out = x + pe
+        return ops.convert_to_numpy(out) if as_numpy else out
+
+    return add_positions_keras
+
+
+def _offset_similarity(kind):
+    def offset_similarity(d_model, offsets):
+        k = np.asarray(offsets, dtype=np.float64)[:, None]
+        power = 1 if kind == "exponent" else 2
+        angle = k * 10000.0 ** (-power * np.arange(d_model // 2) / d_model)
+        if kind == "sin":
+            return np.sin(angle).sum(-1)
+        if kind == "mean":
+            return np.cos(angle).mean(-1)
+        if kind == "int":
+            return np.cos(angle).sum(-1).round().astype(np.int64)
+        return np.cos(angle).sum(-1)
+
+    return offset_similarity
+
+
+def _outcome(kind):
+    def learned_table_outcome(seq_len, trained_len, rows):
+        if kind == "off_by_one_rows":
+            return "error" if seq_len >= rows else ("untrained" if seq_len > trained_len else "trained")
+        if kind == "off_by_one_trained":
+            return "error" if seq_len > rows else ("untrained" if seq_len >= trained_len else "trained")
+        if kind == "sinusoidal":  # answers as if the table were a formula
+            return "trained"
+        if kind == "bool":
+            return seq_len <= rows
+        raise ValueError(kind)
+
+    return learned_table_outcome
+
+
+CH05_MISTAKES += [
+    ("angular_frequencies", lambda: _freq(power=1), "i / d_model"),
+    ("angular_frequencies", lambda: _freq(sign=1), "sign of the exponent is flipped"),
+    ("angular_frequencies", lambda: _freq(per_column=True), "one per column"),
+    ("angular_frequencies", lambda: _freq(wavelength=True), "wavelengths"),
+    ("angular_frequencies", lambda: (lambda d: _freq()(d).tolist()), "NumPy array"),
+    ("add_positions_torch", lambda: _add_positions_torch(power=1), "still i / d_model"),
+    ("add_positions_torch", lambda: _add_positions_torch(add=False), "encoding replaced x"),
+    ("add_positions_torch", lambda: _add_positions_torch(start=1), "positions start at 1"),
+    ("add_positions_torch", lambda: _add_positions_torch(dtype="double"), "keep the dtype"),
+    ("add_positions_keras", lambda: _add_positions_keras(power=1), "still i / d_model"),
+    ("add_positions_keras", lambda: _add_positions_keras(start=1), "positions start at 1"),
+    ("add_positions_keras", lambda: _add_positions_keras(as_numpy=True), "Keras tensor"),
+    ("offset_similarity", lambda: _offset_similarity("exponent"), "i / d_model"),
+    ("offset_similarity", lambda: _offset_similarity("sin"), "not sin"),
+    ("offset_similarity", lambda: _offset_similarity("mean"), "mean over pairs"),
+    ("offset_similarity", lambda: _offset_similarity("int"), "differs"),
+    ("learned_table_outcome", lambda: _outcome("off_by_one_rows"), "seq_len == rows"),
+    ("learned_table_outcome", lambda: _outcome("off_by_one_trained"), "trains positions 0"),
+    ("learned_table_outcome", lambda: _outcome("sinusoidal"), "some rows never received"),
+    ("learned_table_outcome", lambda: _outcome("bool"), "one of the strings"),
+]
+
 # ---------------------------------------------------------------------------------------------------------------
 # Chapter 6: Add & Norm and the feed-forward sublayer
 # ---------------------------------------------------------------------------------------------------------------
@@ -225,6 +318,94 @@ CH06_MISTAKES = [
 ]
 
 
+def _ffn(kind):
+    def feed_forward(x, w1, b1, w2, b2):
+        hidden = x @ w1 + (0 if kind == "no_b1" else b1)
+        if kind == "relu_before_bias":
+            hidden = np.maximum(0, x @ w1) + b1
+        elif kind != "no_relu":
+            hidden = np.maximum(0, hidden)
+        out = hidden @ w2 + (0 if kind == "no_b2" else b2)
+        if kind == "relu_out":
+            out = np.maximum(0, out)
+        if kind == "list":
+            return out.tolist()
+        return out
+
+    return feed_forward
+
+
+def _ln_torch(dim=-1, unbiased=False, detach=False, eps_outside=False):
+    import torch
+
+    def layer_norm_torch(x, gamma, beta, eps=1e-5):
+        source = x.detach() if detach else x
+        mean = source.mean(dim=dim, keepdim=True)
+        var = source.var(dim=dim, keepdim=True, unbiased=unbiased)
+        scale = var.sqrt() + eps if eps_outside else torch.sqrt(var + eps)
+        return gamma * (source - mean) / scale + beta
+
+    return layer_norm_torch
+
+
+def _ln_keras(axis=-1, unbiased=False, as_numpy=False):
+    from keras import ops
+
+    def layer_norm_keras(x, gamma, beta, eps=1e-5):
+        mean = ops.mean(x, axis=axis, keepdims=True)
+        var = ops.var(x, axis=axis, keepdims=True)
+        if unbiased:
+            n = x.shape[axis]
+            var = var * n / (n - 1)
+        out = gamma * (x - mean) / ops.sqrt(var + eps) + beta
+        return ops.convert_to_numpy(out) if as_numpy else out
+
+    return layer_norm_keras
+
+
+def _ln_grad(kind):
+    def layer_norm_input_grad(x, gamma, upstream, eps=1e-5):
+        mean = x.mean(-1, keepdims=True)
+        inv_std = 1 / np.sqrt(x.var(-1, keepdims=True) + eps)
+        x_hat = (x - mean) * inv_std
+        g = upstream if kind == "no_gamma" else upstream * gamma
+        if kind == "constant_stats":
+            return g * inv_std
+        if kind == "no_variance_term":
+            return inv_std * (g - g.mean(-1, keepdims=True))
+        if kind == "no_mean_term":
+            return inv_std * (g - x_hat * (g * x_hat).mean(-1, keepdims=True))
+        return inv_std * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
+
+    return layer_norm_input_grad
+
+
+CH06_MISTAKES += [
+    ("feed_forward", lambda: _ffn("no_relu"), "ReLU is missing"),
+    ("feed_forward", lambda: _ffn("relu_before_bias"), "ReLU went before the bias"),
+    ("feed_forward", lambda: _ffn("relu_out"), "output too"),
+    ("feed_forward", lambda: _ffn("no_b2"), "b2 is missing"),
+    ("feed_forward", lambda: _ffn("list"), "NumPy array"),
+    ("layer_norm_torch", lambda: _ln_torch(dim=1), "still taken over axis 1"),
+    ("layer_norm_torch", lambda: _ln_torch(dim=0), "batch axis"),
+    ("layer_norm_torch", lambda: _ln_torch(unbiased=True), "unbiased"),
+    ("layer_norm_torch", lambda: _ln_torch(eps_outside=True), "outside the square root"),
+    ("layer_norm_torch", lambda: _ln_torch(detach=True), "no gradient"),
+    ("layer_norm_keras", lambda: _ln_keras(axis=1), "still taken over axis 1"),
+    ("layer_norm_keras", lambda: _ln_keras(unbiased=True), "unbiased"),
+    ("layer_norm_keras", lambda: _ln_keras(as_numpy=True), "Keras tensor"),
+    ("layer_norm_input_grad", lambda: _ln_grad("constant_stats"), "constants"),
+    ("layer_norm_input_grad", lambda: _ln_grad("no_variance_term"), "variance's dependence"),
+    ("layer_norm_input_grad", lambda: _ln_grad("no_mean_term"), "mean's dependence"),
+    ("layer_norm_input_grad", lambda: _ln_grad("no_gamma"), "gamma is missing"),
+    ("dropout_hit_fraction", lambda: (lambda rate, layers: rate * layers), "adds the probabilities"),
+    ("dropout_hit_fraction", lambda: (lambda rate, layers: (1 - rate) ** layers), "survives every block"),
+    ("dropout_hit_fraction", lambda: (lambda rate, layers: rate), "one block"),
+    ("dropout_hit_fraction", lambda: (lambda rate, layers: f"{1 - (1 - rate) ** layers:.2f}"), "a number"),
+    ("dropout_hit_fraction", lambda: (lambda rate, layers: 0.47), "differs|should be"),
+]
+
+
 @pytest.mark.parametrize(
     "exercise_id, make_wrong, message",
     CH05_MISTAKES + CH06_MISTAKES,
@@ -257,3 +438,23 @@ def test_hard_coded_answers_fail():
         run_check("positional_encoding", lambda max_len, d_model: table)
     with pytest.raises(CheckFailed):
         run_check("encoder_layer_parameters", lambda d, f, h: 3152384)
+
+
+FIND_THE_BUG = {"05_positional_encoding": ("add_positions_torch", "add_positions_keras", "the colleague's bug"),
+                "06_add_and_norm": ("layer_norm_torch", "layer_norm_keras", "the original bug")}
+
+
+@pytest.mark.parametrize("chapter", sorted(FIND_THE_BUG))
+def test_find_the_bug_stubs_run_and_their_bug_is_named(chapter):
+    from pathlib import Path
+
+    from companion.notebook_code import load_definitions
+
+    *ids, message = FIND_THE_BUG[chapter]
+    root = Path(__file__).resolve().parents[1]
+    stubs = load_definitions(root / "exercises" / f"{chapter}.md")
+    answers = load_definitions(root / "solutions" / f"{chapter}.md")
+    for exercise_id in ids:
+        run_check(exercise_id, answers[exercise_id])
+        with pytest.raises(CheckFailed, match=message):
+            run_check(exercise_id, stubs[exercise_id])

@@ -192,6 +192,102 @@ def _greedy_keras_never_stops(model, src_ids, bos_id, eos_id, max_len):
     return generated[:, 1:]
 
 
+def _nll_torch(kind):
+    def masked_nll_torch(logits, labels, pad_id):
+        log_probs = torch.log_softmax(logits, dim=-1)
+        nll = -log_probs.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
+        keep = (labels != pad_id).to(nll.dtype)
+        if kind == "pad_in_mean":
+            return (nll * keep).mean()
+        if kind == "all":
+            return nll.mean()
+        if kind == "sum":
+            return (nll * keep).sum()
+        if kind == "item":
+            return float(((nll * keep).sum() / keep.sum()).detach())
+        if kind == "detached":
+            return ((nll * keep).sum() / keep.sum()).detach()
+        if kind == "per_row":
+            return ((nll * keep).sum(-1) / keep.sum(-1)).mean()
+        raise ValueError(kind)
+
+    return masked_nll_torch
+
+
+def _nll_keras(kind):
+    def masked_nll_keras(logits, labels, pad_id):
+        log_probs = ops.log_softmax(logits, axis=-1)
+        labels = ops.cast(labels, "int32")
+        nll = -ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1), -1)
+        keep = ops.cast(ops.not_equal(labels, pad_id), nll.dtype)
+        if kind == "pad_in_mean":
+            return ops.mean(nll * keep)
+        if kind == "all":
+            return ops.mean(nll)
+        if kind == "numpy":
+            return ops.convert_to_numpy(ops.sum(nll * keep) / ops.sum(keep))
+        if kind == "vector":
+            return ops.sum(nll * keep, axis=-1) / ops.sum(keep)
+        raise ValueError(kind)
+
+    return masked_nll_keras
+
+
+def _calls(kind):
+    def decode_calls(eos_steps, max_len):
+        known = [s for s in eos_steps if s is not None]
+        if kind == "first":
+            return min(known)
+        if kind == "no_cap":
+            return max(known) if len(known) == len(eos_steps) else max_len
+        if kind == "ignore_none":
+            return min(max(known), max_len) if known else max_len
+        if kind == "float":
+            return float(max_len if len(known) < len(eos_steps) else min(max(known), max_len))
+        raise ValueError(kind)
+
+    return decode_calls
+
+
+def _best(kind):
+    def best_hypothesis(hypotheses, alpha):
+        if kind == "raw":
+            scores = [sum(h) for h in hypotheses]
+        elif kind == "mean":
+            scores = [sum(h) / len(h) for h in hypotheses]
+        elif kind == "multiply":
+            scores = [sum(h) * ((5.0 + len(h)) / 6.0) ** alpha for h in hypotheses]
+        elif kind == "length_plus_one":  # counts <s> in the length
+            scores = [sum(h) / ((6.0 + len(h)) / 6.0) ** alpha for h in hypotheses]
+        else:
+            raise ValueError(kind)
+        return int(np.argmax(scores)) if kind != "raw" else np.float64(np.argmax(scores))
+
+    return best_hypothesis
+
+
+CH07_NEW_MISTAKES = [
+    ("masked_nll_torch", _nll_torch("pad_in_mean"), "original bug"),
+    ("masked_nll_torch", _nll_torch("all"), "PAD positions are counted"),
+    ("masked_nll_torch", _nll_torch("sum"), "the sum over the non-PAD"),
+    ("masked_nll_torch", _nll_torch("per_row"), "each sentence's mean"),
+    ("masked_nll_torch", _nll_torch("item"), "cannot be differentiated|torch.Tensor"),
+    ("masked_nll_torch", _nll_torch("detached"), "cannot be differentiated"),
+    ("masked_nll_keras", _nll_keras("pad_in_mean"), "original bug"),
+    ("masked_nll_keras", _nll_keras("all"), "PAD positions are counted"),
+    ("masked_nll_keras", _nll_keras("numpy"), "Keras tensor"),
+    ("masked_nll_keras", _nll_keras("vector"), "shape"),
+    ("decode_calls", _calls("first"), "slowest one decides"),
+    ("decode_calls", _calls("no_cap"), "after max_len steps"),
+    ("decode_calls", _calls("ignore_none"), "never produces"),
+    ("decode_calls", _calls("float"), "should return an int"),
+    ("best_hypothesis", _best("raw"), "should return an int"),
+    ("best_hypothesis", _best("mean"), "mean log-probability"),
+    ("best_hypothesis", _best("multiply"), "multiplied the sum|not divided"),
+    ("best_hypothesis", _best("length_plus_one"), "counted <s>"),
+]
+
+
 @pytest.mark.parametrize(
     "exercise_id, wrong, message",
     [
@@ -227,6 +323,7 @@ def _greedy_keras_never_stops(model, src_ids, bos_id, eos_id, max_len):
         ("greedy_decode_keras", _greedy_keras_no_pad, "kept generating"),
         ("greedy_decode_keras", _greedy_keras_keep_bos, "starts with <s>"),
         ("greedy_decode_keras", _greedy_keras_never_stops, "after every sentence had finished"),
+        *CH07_NEW_MISTAKES,
     ],
 )
 def test_typical_mistakes_are_named(exercise_id, wrong, message):
@@ -267,3 +364,20 @@ def test_scripted_reference_matches_the_companion_decoder():
         model.max_len = max_len + 1  # the companion caps at model.max_len - 1
         out = greedy_decode(model, torch.full((script.shape[0], 4), 7), ch07.BOS_ID, ch07.EOS_ID, max_len)
         np.testing.assert_array_equal(out.numpy(), ch07.greedy_reference(script, max_len))
+
+
+def test_the_find_the_bug_stub_of_chapter_7_runs_and_its_bug_is_named():
+    from pathlib import Path
+
+    from companion.notebook_code import load_definitions
+
+    root = Path(__file__).resolve().parents[1]
+    stubs = load_definitions(root / "exercises" / "07_full_model.md")
+    for exercise_id in ("masked_nll_torch", "masked_nll_keras"):
+        with pytest.raises(CheckFailed, match="the original bug"):
+            run_check(exercise_id, stubs[exercise_id])
+
+
+def test_every_new_exercise_of_chapter_7_has_at_least_three_mistakes():
+    for exercise_id in ("masked_nll_torch", "masked_nll_keras", "decode_calls", "best_hypothesis"):
+        assert sum(m[0] == exercise_id for m in CH07_NEW_MISTAKES) >= 3, exercise_id

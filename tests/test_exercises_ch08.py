@@ -223,6 +223,86 @@ CH08_MISTAKES = [
 ]
 
 
+def _causal_torch(kind):
+    def causal_softmax_torch(scores):
+        import torch
+
+        seq_len = scores.shape[-1]
+        future = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(diagonal=0 if kind == "diagonal" else 1)
+        if kind == "past":
+            future = future.T
+        fill = -1e9 if kind == "1e9" else torch.finfo(scores.dtype).min
+        if kind == "no_mask":
+            return torch.softmax(scores, dim=-1)
+        if kind == "float32":
+            return torch.softmax(scores.float().masked_fill(future, -1e9), dim=-1)
+        return torch.softmax(scores.masked_fill(future, fill), dim=-1)
+
+    return causal_softmax_torch
+
+
+def _causal_keras(kind):
+    def causal_softmax_keras(scores):
+        from keras import ops
+
+        seq_len = scores.shape[-1]
+        future = ops.triu(ops.ones((seq_len, seq_len), dtype="bool"), k=0 if kind == "diagonal" else 1)
+        if kind == "no_mask":
+            return ops.softmax(scores, axis=-1)
+        out = ops.softmax(ops.where(future, float("-inf"), scores), axis=-1)
+        return ops.convert_to_numpy(out) if kind == "numpy" else out
+
+    return causal_softmax_keras
+
+
+def _top_k(kind):
+    def top_k_probs(logits, k, temperature):
+        scaled = logits if kind == "no_temperature" else logits / temperature
+        keep = k + 1 if kind == "k_plus_one" else k
+        kth = np.sort(scaled, axis=-1)[:, -min(keep, scaled.shape[-1])][:, None]
+        probs = _softmax(scaled)
+        kept = np.where(scaled >= kth, probs, 0.0)
+        if kind == "no_renormalise":
+            return kept
+        return kept / kept.sum(-1, keepdims=True)
+
+    return top_k_probs
+
+
+def _cache(kind):
+    def kv_cache_bytes(num_layers, d_model, seq_len, bytes_per_number, batch):
+        if kind == "keys_only":
+            return num_layers * d_model * seq_len * bytes_per_number * batch
+        if kind == "numbers":
+            return 2 * num_layers * d_model * seq_len * batch
+        if kind == "no_batch":
+            return 2 * num_layers * d_model * seq_len * bytes_per_number
+        if kind == "gib":
+            return 2 * num_layers * d_model * seq_len * bytes_per_number * batch / 2**30
+        raise ValueError(kind)
+
+    return kv_cache_bytes
+
+
+CH08_MISTAKES += [
+    ("causal_softmax_torch", lambda: _causal_torch("1e9"), "original bug"),
+    ("causal_softmax_torch", lambda: _causal_torch("diagonal"), "hides the diagonal"),
+    ("causal_softmax_torch", lambda: _causal_torch("no_mask"), "without the causal mask"),
+    ("causal_softmax_torch", lambda: _causal_torch("past"), "hides the past"),
+    ("causal_softmax_torch", lambda: _causal_torch("float32"), "dtype of scores"),
+    ("causal_softmax_keras", lambda: _causal_keras("diagonal"), "hides the diagonal"),
+    ("causal_softmax_keras", lambda: _causal_keras("no_mask"), "without the causal mask"),
+    ("causal_softmax_keras", lambda: _causal_keras("numpy"), "Keras tensor"),
+    ("top_k_probs", lambda: _top_k("no_renormalise"), "not renormalised"),
+    ("top_k_probs", lambda: _top_k("no_temperature"), "temperature is missing"),
+    ("top_k_probs", lambda: _top_k("k_plus_one"), "k \\+ 1 tokens"),
+    ("kv_cache_bytes", lambda: _cache("keys_only"), "only the keys"),
+    ("kv_cache_bytes", lambda: _cache("numbers"), "numbers, not bytes"),
+    ("kv_cache_bytes", lambda: _cache("no_batch"), "batch is missing"),
+    ("kv_cache_bytes", lambda: _cache("gib"), "should return an int"),
+]
+
+
 @pytest.mark.parametrize("exercise_id, make, message", CH08_MISTAKES, ids=[f"{e}-{m}" for e, _, m in CH08_MISTAKES])
 def test_typical_mistakes_are_named(exercise_id, make, message):
     with pytest.raises(CheckFailed, match=message):
@@ -246,3 +326,14 @@ def test_checks_leave_the_students_arrays_alone():
         return logits / logits.sum(-1, keepdims=True)
 
     run_check("temperature_softmax", temperature_softmax)
+
+
+def test_the_find_the_bug_stubs_of_chapter_8_run_and_their_bug_is_named():
+    from pathlib import Path
+
+    from companion.notebook_code import load_definitions
+
+    stubs = load_definitions(Path(__file__).resolve().parents[1] / "exercises" / "08_gpt.md")
+    for exercise_id in ("causal_softmax_torch", "causal_softmax_keras"):
+        with pytest.raises(CheckFailed, match="original bug"):
+            run_check(exercise_id, stubs[exercise_id])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from companion.checks import call, exercise, expect_close, rng, to_numpy
+from companion.checks import CheckFailed, call, exercise, expect_close, rng, to_numpy
 from companion.checks.tracks import expect_differentiable, expect_type
 from companion.reference.positional import sinusoidal_positional_encoding
 
@@ -170,3 +170,141 @@ def check_encoder_input_keras(encoder_input_keras) -> None:
         "keras",
     )
 
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 13: warm-up, find-the-bug, stretch and graded prediction
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "angular_frequencies", "omega_i = 10000**(-2i / d_model) for every pair i, shape (d_model / 2,)")
+def check_angular_frequencies(angular_frequencies) -> None:
+    for d_model in (2, 8, 6, 64, 512):
+        answer = call(angular_frequencies, d_model)
+        pair = np.arange(d_model // 2, dtype=np.float64)
+        column = np.arange(d_model, dtype=np.float64)
+        expect_close(
+            answer,
+            10000.0 ** (-2 * pair / d_model),
+            f"angular_frequencies({d_model})",
+            mistakes={
+                "the exponent used i / d_model; the text says 10000**(-2i / d_model) with i the pair index": (
+                    10000.0 ** (-pair / d_model)
+                ),
+                "the sign of the exponent is flipped: the text asks for 10000**(-2i / d_model), with a minus "
+                "sign (the first value is 1, the last close to 1/10000)": 10000.0 ** (2 * pair / d_model),
+                "the text asks for one frequency per pair, shape (d_model / 2,); you gave one per column": (
+                    10000.0 ** (-2 * (column // 2) / d_model)
+                ),
+                "the exponent doubled the column index 2i (giving 4i / d_model); the text says 2i / d_model with "
+                "i the pair index": 10000.0 ** (-column[0::2] * 2 / d_model),
+                "these are wavelengths (2 pi / omega); the text asks for the angular frequencies omega_i": (
+                    2 * np.pi * 10000.0 ** (2 * pair / d_model)
+                ),
+            },
+            atol=1e-7,
+            rtol=1e-5,
+        )
+        expect_type(answer, "numpy", f"the result of angular_frequencies({d_model})", "float")
+
+
+def _check_add_positions(add_positions, track: str) -> None:
+    """Find-the-bug of exercise 5: x + PE[:seq_len] with the frequencies 10000**(-2i / d_model)."""
+    from companion.checks.tracks import converter, tolerance
+
+    generator = rng(51)
+    name = f"add_positions_{track}"
+    # A batch larger than seq_len catches a table sliced by the batch axis; long sequences make the exponent matter.
+    for batch, seq_len, d_model in [(2, 30, 16), (5, 3, 8), (1, 1, 4), (3, 50, 32)]:
+        x = generator.standard_normal((batch, seq_len, d_model)).astype(np.float32)
+        right = encoding_at(np.arange(seq_len), d_model)
+        answer = call(add_positions, *converter(track)(x))
+        expect_close(
+            answer,
+            x + right,
+            f"{name}(x of shape {x.shape})",
+            mistakes={
+                "the exponent is still i / d_model (the colleague's bug: pair index without the factor 2); the text "
+                "says omega_i = 10000**(-2i / d_model)": x + encoding_at(np.arange(seq_len), d_model, exponent="i/d"),
+                "the positional encoding is missing: the text says to return x plus the encoding": x,
+                "the encoding replaced x; the text says to return x plus the encoding": np.broadcast_to(right, x.shape),
+                "the positions start at 1; the text says positions 0 .. seq_len - 1": x
+                + encoding_at(np.arange(1, seq_len + 1), d_model),
+            },
+            **tolerance(track),
+        )
+        expect_type(answer, track, f"the result of {name}", "float")
+        if to_numpy(answer).dtype != np.float32:
+            raise CheckFailed(f"{name} should keep the dtype of x (float32), as the text says; got "
+                              f"{to_numpy(answer).dtype}")
+
+
+@exercise(CHAPTER, "add_positions_torch", "find the bug: x + PE[:seq_len] with 10000**(-2i / d_model), in PyTorch",
+          track="torch")
+def check_add_positions_torch(add_positions_torch) -> None:
+    _check_add_positions(add_positions_torch, "torch")
+
+
+@exercise(CHAPTER, "add_positions_keras", "find the bug: x + PE[:seq_len] with 10000**(-2i / d_model), in Keras",
+          track="keras")
+def check_add_positions_keras(add_positions_keras) -> None:
+    _check_add_positions(add_positions_keras, "keras")
+
+
+@exercise(CHAPTER, "offset_similarity", "PE[pos] . PE[pos + k] from the frequencies alone: sum_i cos(omega_i k)")
+def check_offset_similarity(offset_similarity) -> None:
+    generator = rng(52)
+    for d_model, offsets in [(8, [0, 1, 2, 5]), (16, [3, -3, 10]), (64, [0, 7, -20, 100, 1]), (6, [4])]:
+        offsets = np.array(offsets)
+        answer = call(offset_similarity, d_model, offsets.copy())
+        starts = generator.integers(0, 300, size=3)
+        # The ground truth: dot products of real encodings, at several starting positions.
+        truth = np.array([[encoding_at(np.array([p]), d_model)[0] @ encoding_at(np.array([p + k]), d_model)[0]
+                           for k in offsets] for p in starts])
+        omega = 10000.0 ** (-2 * np.arange(d_model // 2) / d_model)
+        expect_close(
+            answer,
+            truth[0],
+            f"offset_similarity({d_model}, offsets={offsets.tolist()})",
+            mistakes={
+                "the frequencies used the exponent i / d_model; they are 10000**(-2i / d_model)": np.cos(
+                    offsets[:, None] * 10000.0 ** (-np.arange(d_model // 2) / d_model)
+                ).sum(-1),
+                "this is the mean over pairs; the dot product sums over all d_model / 2 pairs": np.cos(
+                    offsets[:, None] * omega
+                ).mean(-1),
+                "sin a sin b + cos a cos b is cos(a - b), not sin: sum cos(omega_i k)": np.sin(
+                    offsets[:, None] * omega
+                ).sum(-1),
+                "this is the dot product of PE[k] with PE[0] counted twice per pair; sum cos(omega_i k) once per "
+                "pair": 2 * np.cos(offsets[:, None] * omega).sum(-1),
+            },
+            atol=1e-6,
+        )
+        assert np.allclose(truth, truth[0], atol=1e-6)  # the property itself: independent of the start
+        expect_type(answer, "numpy", "the result of offset_similarity", "float")
+
+
+@exercise(CHAPTER, "learned_table_outcome", "predict: a learned position table meets a longer sentence")
+def check_learned_table_outcome(learned_table_outcome) -> None:
+    cases = [(30, 40, 64), (40, 40, 64), (50, 40, 64), (64, 40, 64), (65, 40, 64), (70, 40, 64), (1, 1, 1),
+             (2, 1, 1), (10, 5, 10), (11, 10, 10), (6, 5, 10)]
+    for seq_len, trained_len, rows in cases:
+        answer = call(learned_table_outcome, seq_len, trained_len, rows)
+        if seq_len > rows:
+            expected, sentence = "error", "some position has no row at all"
+        elif seq_len > trained_len:
+            expected, sentence = "untrained", "the lookup works, but some rows never received a gradient"
+        else:
+            expected, sentence = "trained", "every position used has a trained row"
+        if not isinstance(answer, str) or answer not in ("trained", "untrained", "error"):
+            raise CheckFailed(f"learned_table_outcome({seq_len}, {trained_len}, {rows}) should return one of the "
+                              f"strings 'trained', 'untrained', 'error', as the text says; got {answer!r}")
+        if answer != expected:
+            hint = ""
+            if seq_len == rows and answer == "error":
+                hint = " Positions run from 0 to seq_len - 1, so a table of `rows` rows holds seq_len == rows."
+            if seq_len == trained_len and answer == "untrained":
+                hint = " Training on sentences of trained_len tokens trains positions 0 .. trained_len - 1."
+            raise CheckFailed(f"learned_table_outcome(seq_len={seq_len}, trained_len={trained_len}, rows={rows}) "
+                              f"should be {expected!r} (the text: {sentence!r}); got {answer!r}.{hint}")

@@ -208,3 +208,159 @@ def check_encoder_layer_parameters(encoder_layer_parameters) -> None:
                 + norms,
             },
         )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 13: warm-up, find-the-bug, stretch and graded prediction
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "feed_forward", "max(0, x W1 + b1) W2 + b2 at every position, in NumPy",
+          shortcuts=("torch.nn.Linear", "keras.layers.Dense"))
+def check_feed_forward(feed_forward) -> None:
+    generator = rng(61)
+    for shape, d_ff in [((2, 5, 4), 16), ((3, 8), 6), ((1, 1, 6), 3), ((2, 3, 7, 8), 32)]:
+        d_model = shape[-1]
+        x = generator.standard_normal(shape)
+        w1, b1 = generator.standard_normal((d_model, d_ff)), generator.standard_normal(d_ff)
+        w2, b2 = generator.standard_normal((d_ff, d_model)), generator.standard_normal(d_model)
+        answer = call(feed_forward, x.copy(), w1.copy(), b1.copy(), w2.copy(), b2.copy())
+        hidden = x @ w1 + b1
+        expect_close(
+            answer,
+            np.maximum(0, hidden) @ w2 + b2,
+            f"feed_forward(x of shape {shape}, w1 of shape {w1.shape}, ...)",
+            mistakes={
+                "the ReLU is missing: the text says max(0, x W1 + b1) W2 + b2": hidden @ w2 + b2,
+                "the ReLU went before the bias: the text says max(0, x W1 + b1), bias inside": np.maximum(0, x @ w1)
+                @ w2 + b1 @ w2 + b2,
+                "a ReLU was applied to the output too; the text applies it to the hidden layer only": np.maximum(
+                    0, np.maximum(0, hidden) @ w2 + b2
+                ),
+                "the second bias b2 is missing": np.maximum(0, hidden) @ w2,
+                "the first bias b1 is missing": np.maximum(0, x @ w1) @ w2 + b2,
+            },
+            atol=1e-8,
+        )
+        expect_type(answer, "numpy", "the result of feed_forward", "float")
+
+
+def _check_layer_norm_framework(layer_norm_fw, track: str) -> None:
+    """Find-the-bug of exercise 5: LayerNorm over the last axis (the bug normalises over the sequence axis)."""
+    from companion.checks.tracks import converter, tolerance
+
+    generator = rng(62)
+    name = f"layer_norm_{track}"
+    for (batch, seq_len, d_model), eps in [((2, 5, 8), None), ((3, 1, 4), None), ((1, 6, 16), 1e-3),
+                                           ((4, 7, 6), None)]:
+        x = (generator.standard_normal((batch, seq_len, d_model)) * 2 + 0.3).astype(np.float32)
+        gamma = (generator.standard_normal(d_model) + 1).astype(np.float32)
+        beta = generator.standard_normal(d_model).astype(np.float32)
+        used = 1e-5 if eps is None else eps
+        x64, g64, b64 = x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64)
+        args = converter(track)(x, gamma, beta)
+        answer = call(layer_norm_fw, *args) if eps is None else call(layer_norm_fw, *args, eps=eps)
+        expect_close(
+            answer,
+            reference_layer_norm(x64, g64, b64, eps=used),
+            f"{name}(x of shape {x.shape}{'' if eps is None else f', eps={eps}'})",
+            mistakes={
+                "the statistics are still taken over axis 1, the sequence (the original bug); the text says to "
+                "normalise the d_model numbers of every position: the last axis": g64 * _normalised(x64, 1, eps=used)
+                + b64,
+                "the statistics were taken over the batch axis; the text says the last axis": g64
+                * _normalised(x64, 0, eps=used) + b64,
+                "the variance is the unbiased one (torch.var's default); the text says biased variance": g64
+                * _normalised(x64, -1, ddof=1, eps=used) + b64,
+                "epsilon is added outside the square root; the text says inside: sqrt(var + eps)": g64
+                * _normalised(x64, -1, eps=used, eps_outside=True) + b64,
+            },
+            **tolerance(track),
+        )
+        expect_type(answer, track, f"the result of {name}", "float")
+    if track == "torch":
+        x_tensor, gamma_tensor, beta_tensor = converter("torch")(x, gamma, beta)
+        upstream = generator.standard_normal(x.shape).astype(np.float32)
+        result, grads, why = torch_gradients(layer_norm_fw, (x_tensor, gamma_tensor, beta_tensor), upstream)
+        if grads[0] is None or not np.abs(to_numpy(grads[0])).sum() > 0:
+            raise CheckFailed(f"x receives no gradient from {name}: the text says gradients must reach x (no "
+                              ".detach(), no torch.no_grad(), no NumPy round trip)" + (f"; {why}" if why else ""))
+
+
+@exercise(CHAPTER, "layer_norm_torch", "find the bug: LayerNorm by hand over the right axis, in PyTorch",
+          track="torch", shortcuts=LAYER_NORM_SHORTCUTS)
+def check_layer_norm_torch(layer_norm_torch) -> None:
+    _check_layer_norm_framework(layer_norm_torch, "torch")
+
+
+@exercise(CHAPTER, "layer_norm_keras", "find the bug: LayerNorm by hand over the right axis, in Keras",
+          track="keras", shortcuts=LAYER_NORM_SHORTCUTS)
+def check_layer_norm_keras(layer_norm_keras) -> None:
+    _check_layer_norm_framework(layer_norm_keras, "keras")
+
+
+@exercise(CHAPTER, "layer_norm_input_grad", "dL/dx through LayerNorm (biased variance, eps inside), in NumPy",
+          shortcuts=("torch.autograd.grad", "torch.Tensor.backward", "torch.func.vjp", "torch.func.grad"))
+def check_layer_norm_input_grad(layer_norm_input_grad) -> None:
+    import torch
+
+    generator = rng(63)
+    for shape, eps in [((2, 3, 8), None), ((4, 5), 1e-2), ((1, 1, 16), None), ((3, 2, 4), 1e-3)]:
+        x = generator.standard_normal(shape) * 0.5 + 1.0
+        gamma = generator.standard_normal(shape[-1]) + 1
+        upstream = generator.standard_normal(shape)
+        used = 1e-5 if eps is None else eps
+        args = (x.copy(), gamma.copy(), upstream.copy())
+        answer = call(layer_norm_input_grad, *args) if eps is None else call(layer_norm_input_grad, *args, eps=eps)
+        # The ground truth: PyTorch's autograd through the reference formula, in float64 (trusted process).
+        xt = torch.tensor(x, requires_grad=True)
+        y = torch.nn.functional.layer_norm(xt, (shape[-1],), torch.tensor(gamma), None, eps=used)
+        (grad,) = torch.autograd.grad(y, xt, torch.tensor(upstream))
+        mean = x.mean(-1, keepdims=True)
+        inv_std = 1 / np.sqrt(x.var(-1, keepdims=True) + used)
+        x_hat = (x - mean) * inv_std
+        g = upstream * gamma
+        expect_close(
+            answer,
+            grad.numpy(),
+            f"layer_norm_input_grad(x of shape {shape}{'' if eps is None else f', eps={eps}'})",
+            mistakes={
+                "this treats the mean and variance as constants (gamma * upstream / std); the text's formula "
+                "subtracts mean(g) and x_hat * mean(g * x_hat): the statistics depend on x too": g * inv_std,
+                "the term x_hat * mean(g * x_hat) (the variance's dependence on x) is missing": inv_std
+                * (g - g.mean(-1, keepdims=True)),
+                "the term mean(g) (the mean's dependence on x) is missing": inv_std
+                * (g - x_hat * (g * x_hat).mean(-1, keepdims=True)),
+                "gamma is missing: the text's g is gamma * upstream": inv_std
+                * (upstream - upstream.mean(-1, keepdims=True) - x_hat * (upstream * x_hat).mean(-1, keepdims=True)),
+            },
+            atol=1e-7,
+            rtol=1e-5,
+        )
+        expect_type(answer, "numpy", "the result of layer_norm_input_grad", "float")
+
+
+@exercise(CHAPTER, "dropout_hit_fraction", "predict: the fraction of entries dropped at least once in a deep stack")
+def check_dropout_hit_fraction(dropout_hit_fraction) -> None:
+    for rate, layers in [(0.1, 6), (0.5, 1), (0.1, 1), (0.3, 12), (0.0, 6), (0.2, 3)]:
+        answer = call(dropout_hit_fraction, rate, layers)
+        if isinstance(answer, bool) or not isinstance(answer, float | int | np.floating):
+            raise CheckFailed(f"dropout_hit_fraction should return a number (a float), as the text says; got "
+                              f"{type(answer).__name__} {_short(answer)}")
+        expected = 1 - (1 - rate) ** layers
+        expect_close(
+            np.float64(answer),
+            np.float64(expected),
+            f"dropout_hit_fraction(rate={rate}, layers={layers})",
+            mistakes={
+                "rate * layers adds the probabilities as if no entry could be dropped twice; an entry survives "
+                "every block with probability (1 - rate) ** layers": np.float64(rate * layers),
+                "this is the fraction that survives every block; the text asks for the fraction zeroed at least "
+                "once": np.float64((1 - rate) ** layers),
+                "this is the fraction dropped by one block; the text asks about all `layers` blocks": np.float64(rate),
+                "rate ** layers is the fraction dropped by every block; the text asks for at least once": np.float64(
+                    rate**layers
+                ),
+            },
+            atol=1e-9,
+        )

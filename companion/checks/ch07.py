@@ -444,3 +444,146 @@ def check_greedy_decode_keras(greedy_decode_keras) -> None:
         lambda ids: ops.convert_to_tensor(ids.astype("int32")),
         "greedy_decode_keras",
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 13: find-the-bug (a loss that counts PAD), graded prediction, stretch
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _masked_nll_cases():
+    generator = rng(71)
+    # (batch, tgt_len, vocab, pad_id, how many trailing PADs per row); the first cases are padded.
+    for batch, tgt_len, vocab, pad_id, pads in [(2, 6, 7, 0, (2, 0)), (3, 4, 5, 3, (1, 3, 0)),
+                                                 (1, 5, 9, 0, (0,)), (4, 8, 11, 1, (4, 0, 7, 2))]:
+        logits = (generator.standard_normal((batch, tgt_len, vocab)) * 2).astype(np.float32)
+        labels = generator.integers(0, vocab, size=(batch, tgt_len))
+        labels[labels == pad_id] = (pad_id + 1) % vocab
+        for row, count in enumerate(pads):
+            if count:
+                labels[row, tgt_len - count:] = pad_id
+        yield logits, labels, pad_id
+
+
+def _check_masked_nll(masked_nll, track: str) -> None:
+    from companion.checks.tracks import converter, tolerance
+
+    name = f"masked_nll_{track}"
+    for logits, labels, pad_id in _masked_nll_cases():
+        shifted = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        nll = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+        keep = labels != pad_id
+        int_labels = labels.astype(np.int64 if track == "torch" else np.int32)
+        answer = call(masked_nll, *converter(track)(logits, int_labels), pad_id)
+        expect_close(
+            answer,
+            np.float64(nll[keep].mean()),
+            f"{name}(logits {logits.shape}, labels {labels.shape}, pad_id={pad_id})",
+            mistakes={
+                "the mean still runs over every position, PAD included (the original bug); the text says the mean "
+                "over the non-PAD positions: divide by the number of real tokens": np.float64(
+                    (nll * keep).sum() / nll.size
+                ),
+                "PAD positions are counted in the loss; the text says non-PAD positions only": np.float64(nll.mean()),
+                "this is the mean of each sentence's mean; the text asks for the mean over all the batch's "
+                "non-PAD positions": np.float64(np.mean([nll[b][keep[b]].mean() for b in range(len(nll))])),
+                "the sum over the non-PAD positions; the text asks for their mean": np.float64(nll[keep].sum()),
+            },
+            **tolerance(track),
+        )
+        expect_type(answer, track, f"the result of {name}", "float")
+        if to_numpy(answer).shape != ():
+            raise CheckFailed(f"{name} should return a scalar (shape ()), as the text says; got shape "
+                              f"{to_numpy(answer).shape}")
+    if track == "torch":
+        import torch
+
+        logits, labels, pad_id = next(iter(_masked_nll_cases()))
+        _, grads, why = torch_gradients(masked_nll, (torch.as_tensor(logits), torch.as_tensor(labels), pad_id), 1.0)
+        if grads[0] is None:
+            raise CheckFailed(f"{name} cannot be differentiated with respect to the logits, and the text says "
+                              f"training differentiates it: return the tensor itself (not .item() or NumPy); {why}")
+
+
+@exercise(CHAPTER, "masked_nll_torch", "find the bug: mean cross-entropy over the non-PAD tokens (PyTorch)", "torch",
+          LOSS_SHORTCUTS)
+def check_masked_nll_torch(masked_nll_torch) -> None:
+    _check_masked_nll(masked_nll_torch, "torch")
+
+
+@exercise(CHAPTER, "masked_nll_keras", "find the bug: mean cross-entropy over the non-PAD tokens (Keras)", "keras",
+          LOSS_SHORTCUTS)
+def check_masked_nll_keras(masked_nll_keras) -> None:
+    _check_masked_nll(masked_nll_keras, "keras")
+
+
+@exercise(CHAPTER, "decode_calls", "predict: how many decode calls the batched greedy loop makes")
+def check_decode_calls(decode_calls) -> None:
+    cases = [([3, 5, 2], 10), ([3, 5, 2], 4), ([1], 7), ([None, 2], 6), ([4, 4], 4), ([6, 1, 9, 2], 20),
+             ([2, None, None], 3), ([5], 1)]
+    for eos_steps, max_len in cases:
+        answer = call(decode_calls, list(eos_steps), max_len)
+        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
+            raise CheckFailed(f"decode_calls should return an int, as the text says; got {type(answer).__name__} "
+                              f"{_short(answer)}")
+        known = [s for s in eos_steps if s is not None]
+        never = len(known) < len(eos_steps)
+        expected = max_len if never else min(max(known), max_len)
+        expect_equal(
+            int(answer),
+            expected,
+            f"decode_calls(eos_steps={eos_steps}, max_len={max_len})",
+            mistakes={
+                "a sentence that never produces </s> keeps the loop running until max_len (the text: None means "
+                "never)": min(max(known), max_len) if known and never else -1,
+                "the loop also stops after max_len steps (the text: or after max_len steps)": max(known) if known
+                and not never else -1,
+                "the loop stops when every sentence has finished, so the slowest one decides (the text: stop when "
+                "every sentence has produced </s>), not the first": min(min(known), max_len) if known else -1,
+                "one call per generated token of every sentence is what a loop over sentences makes; the batched "
+                "loop makes one call per step for the whole batch": sum(min(s or max_len, max_len) for s in eos_steps)
+                if len(eos_steps) > 1 else -1,
+            },
+        )
+
+
+@exercise(CHAPTER, "best_hypothesis", "beam search's final ranking: sum of log-probs / ((5 + length) / 6)**alpha")
+def check_best_hypothesis(best_hypothesis) -> None:
+    generator = rng(72)
+    # Short hypotheses have the highest raw sums; with alpha = 0.6 a longer one wins in the designed cases.
+    designed = [
+        [[-0.9, -0.6], [-0.3, -0.4, -0.35, -0.3, -0.2], [-2.0]],
+        [[-1.5], [-0.4, -0.4, -0.4, -0.4]],
+    ]
+    cases = [(h, a) for h in designed for a in (0.0, 0.6)]
+    cases.append(([[-1.0], [-0.5, -0.5, -0.6, -0.55]], 2.0))  # length counts the tokens, not <s>
+    for _ in range(6):
+        count = int(generator.integers(2, 6))
+        hypotheses = [(-generator.exponential(0.4, size=int(generator.integers(1, 12)))).round(4).tolist()
+                      for _ in range(count)]
+        cases.append((hypotheses, float(generator.choice([0.0, 0.6, 1.0, 2.0]))))
+    for hypotheses, alpha in cases:
+        answer = call(best_hypothesis, [list(h) for h in hypotheses], alpha)
+        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
+            raise CheckFailed(f"best_hypothesis should return an int index, as the text says; got "
+                              f"{type(answer).__name__} {_short(answer)}")
+
+        def best(score, hypotheses=hypotheses):
+            return int(np.argmax([score(h) for h in hypotheses]))
+
+        expected = best(lambda h, a=alpha: sum(h) / ((5.0 + len(h)) / 6.0) ** a)
+        wrong = {
+            "the length counted <s>: the text's length is the number of the hypothesis's log-probabilities": best(
+                lambda h, a=alpha: sum(h) / ((6.0 + len(h)) / 6.0) ** a),
+            "the score was not divided by the length penalty ((5 + length) / 6) ** alpha": best(sum),
+            "the mean log-probability is not the text's penalty: divide the sum by ((5 + length) / 6) ** alpha":
+                best(lambda h: sum(h) / len(h)),
+            "the penalty multiplied the sum; the text divides by ((5 + length) / 6) ** alpha": best(
+                lambda h, a=alpha: sum(h) * ((5.0 + len(h)) / 6.0) ** a),
+            "the lowest score was picked; the best hypothesis has the highest (least negative) score": int(
+                np.argmin([sum(h) / ((5.0 + len(h)) / 6.0) ** alpha for h in hypotheses])),
+        }
+        expect_equal(int(answer), expected,
+                     f"best_hypothesis({_short(hypotheses, 80)}, alpha={alpha})",
+                     mistakes={m: v for m, v in wrong.items() if v != expected})

@@ -351,3 +351,147 @@ def check_perplexity(perplexity) -> None:
             },
             rtol=1e-4,
         )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 13: find-the-bug (causal softmax in float16 / a mask that hides the diagonal), stretch, graded prediction
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _causal_weights(scores: np.ndarray, hidden: np.ndarray | None = None, fill: float = -np.inf) -> np.ndarray:
+    """Softmax in float64 with the keys where ``hidden`` is True masked by ``fill``; by default the causal mask."""
+    seq_len = scores.shape[-1]
+    if hidden is None:
+        hidden = np.triu(np.ones((seq_len, seq_len), dtype=bool), k=1)
+    masked = np.where(hidden, fill, scores.astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(masked - masked.max(-1, keepdims=True))
+        return weights / weights.sum(-1, keepdims=True)
+
+
+def _check_causal_softmax(causal_softmax, track: str) -> None:
+    from companion.checks.tracks import converter, expect_type
+
+    name = f"causal_softmax_{track}"
+    generator = rng(81)
+    for (batch, heads, seq_len), dtype in [((2, 2, 4), np.float32), ((1, 3, 6), np.float16),
+                                           ((2, 1, 2), np.float16), ((3, 2, 5), np.float32)]:
+        scores = (generator.standard_normal((batch, heads, seq_len, seq_len)) * 2).astype(dtype)
+        what = f"{name}(scores {scores.shape} {np.dtype(dtype).name})"
+        try:
+            answer = call(causal_softmax, *converter(track)(scores))
+        except CheckFailed as failure:
+            if dtype == np.float16 and "overflow" in str(failure):
+                raise CheckFailed(f"{what} fails: -1e9 does not fit in float16 (whose largest magnitude is 65504), "
+                                  "which was the original bug; the text says it must work for float16 scores: mask "
+                                  "with the lowest value of the scores' dtype (torch.finfo(scores.dtype).min) or "
+                                  "-inf") from None
+            raise
+        values = to_numpy(answer)
+        if values.shape == scores.shape and np.isnan(values[..., 0, :]).any():
+            raise CheckFailed(f"{what} gives NaN in the first row: the mask hides the diagonal too (the original "
+                              "bug of the Keras version), so the first query has no key left; the text says query i "
+                              "attends to keys 0 .. i, itself included (mask above the diagonal only: k=1)")
+        tol = {"atol": 2e-3, "rtol": 2e-3} if dtype == np.float16 or track == "keras" else {"atol": 1e-6,
+                                                                                               "rtol": 1e-5}
+        expect_close(
+            values.astype(np.float64) if values.dtype.kind == "f" else values,
+            _causal_weights(scores),
+            what,
+            mistakes={
+                "the softmax runs without the causal mask; the text says query i attends to keys 0 .. i only": (
+                    _causal_weights(scores, np.zeros((seq_len, seq_len), dtype=bool))
+                ),
+                "the mask hides the diagonal too, so the first query has no key left (its row comes out uniform); "
+                "the text says query i attends to keys 0 .. i, itself included": _causal_weights(
+                    scores, np.triu(np.ones((seq_len, seq_len), dtype=bool)), fill=-1e30
+                ),
+                "the mask hides the past instead of the future (below the diagonal); the text says keys 0 .. i": (
+                    _causal_weights(scores, np.tril(np.ones((seq_len, seq_len), dtype=bool), k=-1))
+                ),
+            },
+            **tol,
+        )
+        expect_type(answer, track, f"the result of {name}", "float")
+        if values.dtype != np.dtype(dtype):
+            raise CheckFailed(f"{what} returned {values.dtype}; the text says the result has the dtype of scores")
+
+
+@exercise(CHAPTER, "causal_softmax_torch", "find the bug: causal attention weights that work in float16 (PyTorch)",
+          "torch", ("torch.nn.functional.scaled_dot_product_attention",))
+def check_causal_softmax_torch(causal_softmax_torch) -> None:
+    _check_causal_softmax(causal_softmax_torch, "torch")
+
+
+@exercise(CHAPTER, "causal_softmax_keras", "find the bug: causal attention weights, query included (Keras)", "keras",
+          ("keras.ops.dot_product_attention",))
+def check_causal_softmax_keras(causal_softmax_keras) -> None:
+    _check_causal_softmax(causal_softmax_keras, "keras")
+
+
+@exercise(CHAPTER, "top_k_probs", "softmax(logits / T) restricted to the k most likely tokens, renormalised")
+def check_top_k_probs(top_k_probs) -> None:
+    from companion.checks.tracks import expect_type
+
+    generator = rng(82)
+    for batch, vocab, k, temperature in [(2, 10, 3, 1.0), (3, 8, 1, 0.5), (1, 6, 6, 2.0), (4, 50, 7, 0.7)]:
+        logits = generator.standard_normal((batch, vocab)) * 2
+        answer = call(top_k_probs, logits.copy(), k, temperature)
+        order = np.argsort(-logits, axis=-1)
+
+        def restricted(values, keep, order=order):
+            mask = np.zeros_like(values, dtype=bool)
+            np.put_along_axis(mask, order[:, :keep], True, axis=-1)
+            return mask, np.where(mask, values, 0.0)
+
+        probs = softmax(logits / temperature)
+        mask, kept = restricted(probs, k)
+        expected = kept / kept.sum(-1, keepdims=True)
+        expect_close(
+            answer,
+            expected,
+            f"top_k_probs(logits {logits.shape}, k={k}, temperature={temperature})",
+            mistakes={
+                "the kept probabilities were not renormalised; the text says each row sums to 1": kept,
+                "the temperature is missing: softmax(logits / T), as the text says": (
+                    lambda p: p / p.sum(-1, keepdims=True))(restricted(softmax(logits), k)[1]),
+                "the logits were multiplied by T; the text says softmax(logits / T)": (
+                    lambda p: p / p.sum(-1, keepdims=True))(restricted(softmax(logits * temperature), k)[1]),
+                "the k least likely tokens were kept; the text says the k most likely": (
+                    lambda m: np.where(m, probs, 0) / np.where(m, probs, 0).sum(-1, keepdims=True))(
+                    ~restricted(probs, vocab - k)[0]) if k < vocab else expected * 0,
+                "k + 1 tokens were kept (an off-by-one at the k-th value); the text says exactly k": (
+                    lambda p: p / p.sum(-1, keepdims=True))(restricted(probs, min(k + 1, vocab))[1]),
+            },
+            atol=1e-7,
+        )
+        expect_type(answer, "numpy", "the result of top_k_probs", "float")
+
+
+@exercise(CHAPTER, "kv_cache_bytes", "predict: the bytes of a key/value cache (2 * layers * d_model * tokens * ...)")
+def check_kv_cache_bytes(kv_cache_bytes) -> None:
+    from companion.checks import _short
+
+    for layers, d_model, seq_len, size, batch in [(12, 768, 1024, 4, 8), (24, 2048, 4096, 2, 1), (2, 64, 10, 2, 3),
+                                                  (1, 8, 1, 4, 1), (32, 4096, 8192, 2, 16)]:
+        answer = call(kv_cache_bytes, layers, d_model, seq_len, size, batch)
+        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
+            raise CheckFailed(f"kv_cache_bytes should return an int (a number of bytes), as the text says; got "
+                              f"{type(answer).__name__} {_short(answer)}")
+        numbers = layers * d_model * seq_len * batch
+        expect_equal(
+            int(answer),
+            2 * numbers * size,
+            f"kv_cache_bytes(num_layers={layers}, d_model={d_model}, seq_len={seq_len}, bytes_per_number={size}, "
+            f"batch={batch})",
+            mistakes={
+                "only the keys (or only the values) were counted; the text says a key and a value per token and "
+                "block": numbers * size,
+                "this counts numbers, not bytes: multiply by bytes_per_number, as the text says": 2 * numbers,
+                "bits, not bytes: the text's bytes_per_number is already in bytes": 2 * numbers * size * 8,
+                "the batch is missing: the text asks for the cache of `batch` sequences": 2 * layers * d_model
+                * seq_len * size,
+                "the layers are missing: every block keeps its own cache, as the text says": 2 * d_model * seq_len
+                * size * batch,
+            },
+        )
