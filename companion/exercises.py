@@ -25,6 +25,7 @@ Usage: ``python -m companion.exercises SOLUTIONS_DIR EXERCISES_DIR [--check]``
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from pathlib import Path
@@ -71,6 +72,22 @@ def make_exercise(solution: str, name: str) -> str:
         end = body.index("\n---\n", 4) + 5
         return body[:end] + "\n" + HEADER.format(name=name) + body[end:].lstrip("\n")
     return HEADER.format(name=name) + body
+
+
+def find_the_bug_symbols(solution: str) -> set[str]:
+    """Names of the functions and classes whose stub is buggy code to fix (their block has a ``### STUB`` part)."""
+    symbols = set()
+    for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", solution, re.S | re.M):
+        if "### STUB" not in cell:
+            continue
+        lines = cell.splitlines()
+        body = ast.parse(cell).body
+        ends = [node.lineno - 1 for node in body[1:]] + [len(lines)]  # trailing comments belong to the node above
+        for node, end in zip(body, ends, strict=True):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and any(
+                    "### STUB" in line for line in lines[node.lineno - 1: end]):
+                symbols.add(node.name)
+    return symbols
 
 
 def expected_exercises(solutions: Path) -> dict[str, str]:

@@ -165,5 +165,7 @@ def test_a_find_the_bug_stub_holds_the_buggy_code_uncommented():
     stub = exercises.make_exercise(solution, "t.md")
     assert "def f(x):\n    y = x  # kept\n\n    return y - 1\n```" in stub
     assert "x + 1" not in stub and "STUB" not in stub and "NotImplementedError" not in stub
+    assert exercises.find_the_bug_symbols(solution + solution.replace("def f(", "def g(")) == {"f", "g"}
+    assert exercises.find_the_bug_symbols(solution.replace("    ### STUB\n", "").replace("    # ", "    ")) == set()
     with pytest.raises(ValueError, match="commented out"):
         exercises.make_exercise(solution.replace("    # return y - 1", "    return y - 1"), "t.md")
