@@ -166,11 +166,11 @@ def test_gpt_cache_misuse_is_rejected(gpts, framework):
 SRC = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14], [3, 4, 0, 0, 0, 0]])
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["post-LN", "pre-LN"])
+@pytest.fixture(scope="module", ids=["post-LN", "pre-LN", "shared-embeddings"],
+                params=[dict(norm_first=False), dict(norm_first=True), dict(shared_embeddings=True)])
 def transformers(request):
     torch.manual_seed(1)
-    config = dict(d_model=16, num_heads=4, num_layers=2, d_ff=32, max_len=MAX_LEN, dropout=0.0,
-                  norm_first=request.param)
+    config = dict(d_model=16, num_heads=4, num_layers=2, d_ff=32, max_len=MAX_LEN, dropout=0.0, **request.param)
     net = torch_model.Transformer(VOCAB, VOCAB, **config).eval()
     randomize_norms(net, 1)
     twin = keras_model.Transformer(VOCAB, VOCAB, **config)
