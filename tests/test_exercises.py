@@ -44,7 +44,8 @@ def test_every_exercise_passes_with_the_solution_and_fails_with_the_stub(solutio
     stubs = load_definitions(ROOT / "exercises" / solution.name)
     for item in chapter_exercises:
         run_check(item.id, answers[item.symbol])
-        with pytest.raises(CheckFailed, match="not implemented yet"):
+        # a find-the-bug stub holds working-looking code with its bug, which the check names instead
+        with pytest.raises(CheckFailed):
             run_check(item.id, stubs[item.symbol])
 
 

@@ -106,6 +106,22 @@ def _self_attention_keras(width="d_out", bias=False, shared=False, scale="d_out"
     return SelfAttention
 
 
+def _torch_attention(q, k, v):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)
+    return weights @ v, weights
+
+
+def _additive(axis=-1, tanh=True, scale=False, values=True, as_list=False):
+    def additive_attention(q, k, v, w1, w2, a):
+        hidden = (q @ w1)[:, None, :] + (k @ w2)[None]
+        scores = (np.tanh(hidden) if tanh else hidden) @ a / (math.sqrt(a.shape[0]) if scale else 1.0)
+        weights = _softmax(scores, axis)
+        out = weights @ (v if values else k[:, : v.shape[1]])
+        return (out.tolist() if as_list else out), weights
+
+    return additive_attention
+
+
 CHAPTER_2 = [
     ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, k), axis=0), "wrong axis"),
     ("scalar_self_attention", _scalar(lambda x, q, k: np.outer(q, q)), "query by a query"),
@@ -133,6 +149,36 @@ CHAPTER_2 = [
     ("SelfAttention_keras", _self_attention_keras(bias=True), "use_bias=False"),
     ("SelfAttention_keras", _self_attention_keras(shared=True), "same Dense layer"),
     ("SelfAttention_keras", _self_attention_keras(scale="d_in"), r"sqrt\(d_in\)"),
+    # issue 13: graded questions, find-the-bug, stretch
+    ("self_attention_numbers", lambda: {"w_shape": (512, 256), "parameters": 393216, "weights_shape": (1, 10, 10),
+                                        "output_shape": (1, 10, 512)}, r"\(out, in\)"),
+    ("self_attention_numbers", lambda: {"w_shape": [256, 512], "parameters": 3 * (256 * 512 + 512),
+                                        "weights_shape": (1, 10, 10), "output_shape": (1, 10, 512)}, "no bias"),
+    ("self_attention_numbers", lambda: {"w_shape": (256, 512), "parameters": 393216, "weights_shape": (1, 10, 512),
+                                        "output_shape": (1, 10, 512)}, "one column per key"),
+    ("self_attention_numbers", lambda: [(256, 512), 393216], "return a dict"),
+    ("scale_for_variance", lambda variance, d_k: math.sqrt(d_k), "not sqrt\\(d_k\\) alone"),
+    ("scale_for_variance", lambda variance, d_k: math.sqrt(variance * d_k), r"variance\*\*2"),
+    ("scale_for_variance", lambda variance, d_k: variance**2 * d_k, "standard deviation"),
+    ("scale_for_variance", lambda variance, d_k: str(variance * math.sqrt(d_k)), "return a number"),
+    *[
+        (f"fixed_attention_{track}", wrong, message)
+        for track in ("torch", "keras")
+        for wrong, message in [
+            (_attention(axis=-2), "wrong axis"),       # the bug as handed out (dim=1 on 3-D inputs)
+            (_attention(scale="none"), "scale is missing"),
+            (_attention(scale="d_v"), "uses d_v"),
+            (_attention(values=False), "blends the keys"),
+        ]
+    ],
+    ("fixed_attention_torch", lambda q, k, v: tuple(t.detach() for t in
+                                                    _torch_attention(q, k, v)), "no gradient reaches"),
+    ("fixed_attention_keras", lambda q, k, v: _attention()(q, k, v), "Keras tensor"),
+    ("additive_attention", _additive(axis=0), "over the keys"),
+    ("additive_attention", _additive(tanh=False), "through tanh"),
+    ("additive_attention", _additive(scale=True), "no scaling"),
+    ("additive_attention", _additive(values=False), "blends the values"),
+    ("additive_attention", _additive(as_list=True), "NumPy array"),
 ]
 
 
