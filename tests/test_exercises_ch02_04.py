@@ -394,6 +394,64 @@ def _three_masks(kind):
     return transformer_masks
 
 
+def _padding_first_id(ids, pad_id=0):
+    first = pad_id[0] if isinstance(pad_id, tuple) else pad_id
+    return (_numpy(ids) != first)[:, None, None, :]
+
+
+def _cached_causal(kind):
+    def causal_mask(query_len, key_len=None):
+        key_len = query_len if key_len is None else key_len
+        offset = 0 if kind == "top left" else key_len - query_len
+        mask = np.tril(np.ones((query_len, key_len), dtype=bool), offset)
+        if kind == "inverted" and key_len != query_len:
+            mask = ~mask
+        return mask if kind == "2d" and key_len != query_len else mask[None, None]
+
+    return causal_mask
+
+
+def _answers(**changes):
+    def masking_answers():
+        right = {"cross_mask_from": "source", "lowest_float16": -65504.0, "minus_1e9_in_float16": float("-inf"),
+                 "weight_on_zero_filled_key": 0.25}
+        return {**right, **changes}
+
+    return masking_answers
+
+
+def _torch_style(kind):
+    def torch_style_masks(src_ids, tgt_ids, pad_id=0):
+        n = tgt_ids.shape[1]
+        masks = {"src_key_padding_mask": src_ids == pad_id, "tgt_key_padding_mask": tgt_ids == pad_id,
+                 "memory_key_padding_mask": (tgt_ids if kind == "memory from target" else src_ids) == pad_id,
+                 "tgt_mask": np.triu(np.ones((n, n), dtype=bool), 0 if kind == "diagonal" else 1)}
+        if kind == "course":
+            masks = {key: ~value for key, value in masks.items()}
+        elif kind == "4d":
+            masks["src_key_padding_mask"] = masks["src_key_padding_mask"][:, None, None, :]
+        elif kind == "int":
+            masks["tgt_mask"] = masks["tgt_mask"].astype(np.int64)
+        return masks
+
+    return torch_style_masks
+
+
+def _packed(kind):
+    def packed_causal_mask(segment_ids):
+        n = segment_ids.shape[1]
+        same = segment_ids[:, :, None] == segment_ids[:, None, :]
+        real = (segment_ids != 0)[:, None, :]
+        causal = np.tril(np.ones((n, n), dtype=bool))[None]
+        mask = {"no segments": real & causal, "no causal": same & real, "pad keys": same & causal}.get(
+            kind, same & real & causal)
+        if kind == "3d":
+            return mask
+        return mask[:, None].astype(np.float32) if kind == "float" else mask[:, None]
+
+    return packed_causal_mask
+
+
 CHAPTER_4 = [
     *[
         (f"padding_mask_{track}", _padding(kind), message)
@@ -432,6 +490,40 @@ CHAPTER_4 = [
     ("transformer_masks", _three_masks("no target padding"), "lacks the target padding mask"),
     ("transformer_masks", _three_masks("or"), r"\(AND\)"),
     ("transformer_masks", _three_masks("causal encoder"), "no causal"),
+    # issue 13: the variants of exercises 1 and 2, find-the-bug, graded answers, torch's convention, a stretch
+    *[(f"padding_mask_{track}", _padding_first_id, "every id in it is blocked") for track in ("torch", "keras")],
+    *[
+        (f"causal_mask_{track}", _cached_causal(kind), message)
+        for track in ("torch", "keras")
+        for kind, message in [("top left", "LAST query_len positions"), ("2d", r"\(1, 1, query_len, key_len\)"),
+                              ("inverted", "inverted")]
+    ],
+    ("fixed_masked_attention_torch", _masked_torch(fill="-1e9"), "most negative finite value"),   # the bug
+    ("fixed_masked_attention_torch", _masked_torch(fill="-inf"), "NaN"),
+    ("fixed_masked_attention_torch", _masked_torch(where="after"), "after the softmax"),
+    ("fixed_masked_attention_torch", _masked_torch(scale=False), "scale is missing"),
+    ("fixed_masked_attention_torch", lambda q, k, v, m: tuple(t.detach() for t in _masked_torch()(q, k, v, m)),
+     "no gradient reaches"),
+    ("fixed_masked_attention_keras", _masked_numpy("after"), "after the softmax"),                 # the bug
+    ("fixed_masked_attention_keras", _masked_keras(fill="-inf"), "NaN"),
+    ("fixed_masked_attention_keras", _masked_keras(fill="-1e9"), "most negative finite value"),
+    ("fixed_masked_attention_keras", _masked_numpy("inverted"), "inverted"),
+    ("masking_answers", _answers(cross_mask_from="target"), "comes from the source"),
+    ("masking_answers", _answers(lowest_float16=float(np.finfo(np.float32).min)), "float32's lowest"),
+    ("masking_answers", _answers(minus_1e9_in_float16=-65504.0), "rounds to -inf"),
+    ("masking_answers", _answers(weight_on_zero_filled_key=0.0), r"exp\(0\) = 1"),
+    ("masking_answers", _answers(weight_on_zero_filled_key="0.25"), "is a number"),
+    ("masking_answers", lambda: ("source", -65504.0), "return a dict"),
+    ("torch_style_masks", _torch_style("course"), "BLOCKED positions with True"),
+    ("torch_style_masks", _torch_style("memory from target"), "not the target's"),
+    ("torch_style_masks", _torch_style("diagonal"), "diagonal"),
+    ("torch_style_masks", _torch_style("4d"), "without singleton axes"),
+    ("torch_style_masks", _torch_style("int"), "boolean masks"),
+    ("packed_causal_mask", _packed("no segments"), "ITS OWN segment"),
+    ("packed_causal_mask", _packed("no causal"), "no token sees a later one"),
+    ("packed_causal_mask", _packed("pad keys"), "padding"),
+    ("packed_causal_mask", _packed("3d"), r"\(batch, 1, length, length\)"),
+    ("packed_causal_mask", _packed("float"), "should be boolean"),
 ]
 
 
