@@ -124,6 +124,25 @@ def check_scalar_self_attention(scalar_self_attention) -> None:
                 "h blends the inputs x; it must blend the values v_j = x_j * w_v": weights @ x,
             },
         )
+    for n, m in [(4, 4), (3, 5), (4, 1), (1, 3)]:  # the variant of issue 13: cross-attention, keys and values from y
+        x = np.round(generator.normal(0, 1.2, size=n), 2)
+        y = np.round(generator.normal(0, 1.2, size=m), 2)
+        w_q, w_k, w_v = (float(np.round(w, 2)) for w in generator.normal(0, 1, size=3))
+        q, k, v = x * w_q, y * w_k, y * w_v
+        scores = np.outer(q, k)
+        weights = reference.softmax(scores, axis=-1)
+        name = f"scalar_self_attention(x of length {n}, w_q={w_q}, w_k={w_k}, w_v={w_v}, y of length {m})"
+        h, p = output_pair(call(scalar_self_attention, x.copy(), w_q, w_k, w_v, y=y.copy()), name, "h", "P")
+        expect_close(p, weights, f"P of {name}", mistakes={
+            "the text says: with y, the keys come from y (k_j = y_j * w_k), the queries from x":
+                reference.softmax(np.outer(q, x * w_k)) if n == m else None,
+            "softmax over the wrong axis: row i (query i) must sum to 1": reference.softmax(scores, axis=0),
+        })
+        expect_close(h, weights @ v, f"h of {name}", mistakes={
+            "the text says: with y, the values come from y (v_j = y_j * w_v)":
+                weights @ (x * w_v) if n == m else None,
+            "the values are v_j = y_j * w_v, not the keys": weights @ (y * w_k),
+        })
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -155,12 +174,36 @@ def _check_attention(attention, track: str, name: str) -> None:
           shortcuts=ATTENTION_SHORTCUTS)
 def check_attention_torch(attention_torch) -> None:
     _check_attention(attention_torch, "torch", "attention_torch")
+    _check_attention_scale(attention_torch, "torch", "attention_torch")
 
 
 @exercise(CHAPTER, "attention_keras", "softmax(q k^T / sqrt(d_k)) v with its weights, in Keras", track="keras",
           shortcuts=ATTENTION_SHORTCUTS)
 def check_attention_keras(attention_keras) -> None:
     _check_attention(attention_keras, "keras", "attention_keras")
+    _check_attention_scale(attention_keras, "keras", "attention_keras")
+
+
+def _check_attention_scale(attention, track: str, name: str) -> None:
+    """The variant of issue 13: an optional ``scale`` that multiplies the scores instead of 1 / sqrt(d_k)."""
+    generator = rng(24)
+    for (lead, n, m, d_k, d_v), scale in zip(ATTENTION_SHAPES, (0.3, 1.0, 0.05), strict=True):
+        q = generator.standard_normal((*lead, n, d_k)).astype(np.float32) * 1.5
+        k = generator.standard_normal((*lead, m, d_k)).astype(np.float32) * 1.5
+        v = generator.standard_normal((*lead, m, d_v)).astype(np.float32)
+        q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+        raw = q64 @ np.swapaxes(k64, -1, -2)
+        right = reference.softmax(raw * scale)
+        what = f"the weights of {name}(q {q.shape}, k {k.shape}, v {v.shape}, scale={scale})"
+        out, weights = output_pair(call(attention, *converter(track)(q, k, v), scale=scale), what)
+        expect_close(weights, right, what, mistakes={
+            "the text says: scale MULTIPLIES the scores (scale = 1 / sqrt(d_k) gives the default)":
+                reference.softmax(raw / scale),
+            "the text says: a given scale replaces 1 / sqrt(d_k); do not apply both":
+                reference.softmax(raw * scale / np.sqrt(d_k)),
+            "the text says: use the given scale; it was ignored": reference.softmax(raw / np.sqrt(d_k)),
+        }, **tolerance(track))
+        expect_close(out, right @ v64, f"the output of {name}(..., scale={scale})", **tolerance(track))
 
 
 # ---------------------------------------------------------------------------------------------------------------
