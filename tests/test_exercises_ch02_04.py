@@ -111,6 +111,29 @@ def _torch_attention(q, k, v):
     return weights @ v, weights
 
 
+def _scalar_cross(kind):
+    def scalar_self_attention(x, w_q, w_k, w_v, y=None):
+        source = x if y is None or kind == "ignore y" else y
+        q, k, v = x * w_q, (x if kind == "keys from x" else source) * w_k, source * w_v
+        if kind == "values from x":
+            v = x * w_v
+        p = _softmax(np.outer(q, k))
+        return p @ v, p
+
+    return scalar_self_attention
+
+
+def _scaled(kind):
+    def attention(q, k, v, scale=None):
+        scores = q @ np.swapaxes(k, -1, -2)
+        default = 1 / math.sqrt(q.shape[-1])
+        factor = {"divide": 1 / scale, "both": scale * default, "ignored": default}[kind] if scale else default
+        weights = _softmax(scores * factor)
+        return weights @ v, weights
+
+    return via_numpy(attention)
+
+
 def _additive(axis=-1, tanh=True, scale=False, values=True, as_list=False):
     def additive_attention(q, k, v, w1, w2, a):
         hidden = (q @ w1)[:, None, :] + (k @ w2)[None]
@@ -179,6 +202,15 @@ CHAPTER_2 = [
     ("additive_attention", _additive(scale=True), "no scaling"),
     ("additive_attention", _additive(values=False), "blends the values"),
     ("additive_attention", _additive(as_list=True), "NumPy array"),
+    # issue 13: the variants of exercises 1 and 2 (cross-attention with y; an optional scale)
+    ("scalar_self_attention", _scalar_cross("ignore y"), "keys come from y"),
+    ("scalar_self_attention", _scalar_cross("keys from x"), "keys come from y"),
+    ("scalar_self_attention", _scalar_cross("values from x"), "values come from y"),
+    *[
+        (f"attention_{track}", _scaled(kind), message)
+        for track in ("torch", "keras")
+        for kind, message in [("divide", "MULTIPLIES"), ("both", "do not apply both"), ("ignored", "ignored")]
+    ],
 ]
 
 
@@ -260,6 +292,29 @@ def _summed(kind):
     return summed_heads
 
 
+def _counts(**changes):
+    def head_parameter_counts():
+        right = {"concatenated": 786_432, "with_output_projection": 1_048_576, "summed": 6_291_456,
+                 "summed_output_width": 512}
+        return {**right, **changes}
+
+    return head_parameter_counts
+
+
+def _gqa(kind):
+    def grouped_query_attention(q, k, v):
+        per = q.shape[1] // k.shape[1]
+        if kind == "tile":
+            k, v = np.tile(k, (1, per, 1, 1)), np.tile(v, (1, per, 1, 1))
+        else:
+            k, v = np.repeat(k, per, axis=1), np.repeat(v, per, axis=1)
+        weights = _softmax(q @ np.swapaxes(k, -1, -2) / (1.0 if kind == "unscaled" else math.sqrt(q.shape[-1])))
+        out = weights @ v
+        return (out.tolist() if kind == "list" else out), weights
+
+    return grouped_query_attention
+
+
 CHAPTER_3 = [
     *[
         (f"split_heads_{track}", _split(kind), message)
@@ -294,6 +349,25 @@ CHAPTER_3 = [
     ("summed_heads", _summed("concat"), "concatenated the heads"),
     ("summed_heads", _summed("mean"), "averaged the heads"),
     ("summed_heads", _summed("scale"), r"1/sqrt\(d_out\)"),
+    # issue 13: find-the-bug, a graded question, a stretch
+    *[
+        (f"fixed_multi_head_attention_{track}", _mha(**kwargs), message)
+        for track in ("torch", "keras")
+        for kwargs, message in [
+            ({"transpose": False}, "without a transpose"),   # the bug as handed out
+            ({"scale": "d_model"}, r"sqrt\(d_model\)"),
+            ({"output_projection": False}, "output projection is missing"),
+            ({"axis": -2}, "wrong axis"),
+        ]
+    ],
+    ("head_parameter_counts", _counts(concatenated=8 * 3 * 512 * 512), "64 wide"),
+    ("head_parameter_counts", _counts(with_output_projection=1_048_576 + 4 * 512), "no bias"),
+    ("head_parameter_counts", _counts(summed=3 * 512 * 512), "each of the 8 heads"),
+    ("head_parameter_counts", _counts(summed_output_width=4096), "keeps the width of one head"),
+    ("head_parameter_counts", lambda: [786_432, 1_048_576], "return a dict"),
+    ("grouped_query_attention", _gqa("tile"), r"np\.repeat"),
+    ("grouped_query_attention", _gqa("unscaled"), r"sqrt\(d_head\)"),
+    ("grouped_query_attention", _gqa("list"), "NumPy arrays"),
 ]
 
 
