@@ -85,6 +85,56 @@ def _embed_unscaled(ids, table):
     return torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype) @ table
 
 
+def _as_numpy_pair(ids, table):
+    from keras import ops
+
+    return ops.convert_to_numpy(ids), ops.convert_to_numpy(table)
+
+
+def _embed_inferred_classes(ids, table):
+    import torch
+
+    return torch.nn.functional.one_hot(ids.long()).to(table.dtype) @ table * table.shape[1] ** 0.5
+
+
+def _embed_divided(ids, table):
+    ids, table = _as_numpy_pair(ids, table)
+    return np.eye(table.shape[0], dtype=table.dtype)[ids] @ table / table.shape[1] ** 0.5
+
+
+def _embed_numpy(ids, table):
+    ids, table = _as_numpy_pair(ids, table)
+    return np.eye(table.shape[0], dtype=table.dtype)[ids] @ table * table.shape[1] ** 0.5
+
+
+def _embed_numpy_unscaled(ids, table):
+    ids, table = _as_numpy_pair(ids, table)
+    return np.eye(table.shape[0], dtype=table.dtype)[ids] @ table
+
+
+def _embed_detached(ids, table):
+    import torch
+
+    one_hot = torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype)
+    return (one_hot @ table * table.shape[1] ** 0.5).detach()
+
+
+def _gradient_right(ids, upstream, vocab_size):
+    grad = np.zeros((vocab_size, upstream.shape[-1]))
+    np.add.at(grad, ids, upstream)
+    return grad
+
+
+def _gradient_overwritten(ids, upstream, vocab_size):
+    grad = np.zeros((vocab_size, upstream.shape[-1]))
+    grad[ids] = upstream
+    return grad
+
+
+def _gradient_scaled(ids, upstream, vocab_size):
+    return _gradient_right(ids, upstream, vocab_size) * np.sqrt(upstream.shape[-1])
+
+
 @pytest.mark.parametrize(
     "exercise_id, wrong, message",
     [
@@ -94,6 +144,21 @@ def _embed_unscaled(ids, table):
         ("pad_batch", _truncate_end, "lost their beginning"),
         ("one_hot_batch", _one_hot_short, "one position short"),
         ("embed_torch", _embed_unscaled, "sqrt"),
+        # issue 13: a graded question, find-the-bug in both tracks, a stretch
+        ("one_hot_answers", lambda: {"positions_needed": 11, "id_without_position": 11}, "AND PAD"),
+        ("one_hot_answers", lambda: {"positions_needed": 12, "id_without_position": 0}, "the largest id does not"),
+        ("one_hot_answers", lambda: (12, 11), "return a dict"),
+        ("fixed_embed_torch", _embed_inferred_classes, "num_classes=vocab_size"),   # the bug as handed out
+        ("fixed_embed_torch", _embed_unscaled, "sqrt"),
+        ("fixed_embed_torch", _embed_divided, "multiply instead"),
+        ("fixed_embed_torch", _embed_detached, "no gradient reaches"),
+        ("fixed_embed_keras", _embed_divided, "multiply instead"),                 # the bug as handed out
+        ("fixed_embed_keras", _embed_numpy_unscaled, "sqrt"),
+        ("fixed_embed_keras", _embed_numpy, "Keras tensor"),
+        ("embedding_gradient", _gradient_overwritten, "SUM of its upstream"),
+        ("embedding_gradient", _gradient_scaled, "without the sqrt"),
+        ("embedding_gradient", lambda ids, upstream, vocab_size: _gradient_right(ids, upstream, vocab_size).tolist(),
+         "NumPy array"),
     ],
 )
 def test_typical_mistakes_are_named(exercise_id, wrong, message):
