@@ -11,7 +11,7 @@ solutions).
 Before it finishes, the release is scanned for the code between every pair of ``### BEGIN SOLUTION`` /
 ``### END SOLUTION`` markers (and every prose answer) of ``solutions/``; a release that holds one is refused. The
 only exceptions are the few exercises that re-implement a public function of the companion line for line
-(``PUBLIC_TWINS``: ``padding_mask``, ``shift_targets``): the course teaches that code on purpose.
+(``PUBLIC_TWINS``: ``shift_targets``): the course teaches that code on purpose.
 """
 
 from __future__ import annotations
@@ -37,12 +37,10 @@ INCLUDE_FILES = ("_config.yml", "_toc.yml", "pyproject.toml", ".gitignore", ".gi
 #: Never shipped, even under an included folder: instructor and developer tools.
 EXCLUDE_FILES = ("companion/release.py", "companion/grade/synthetic.py", "companion/grade/mutant_source.py")
 TEXT_SUFFIXES = {".md", ".py", ".yml", ".yaml", ".toml", ".txt", ".tsv", ".json", ".cfg", ".bib", ".ipynb", ""}
-#: Exercises whose answer is, line for line, the body of a public function of the companion (chapter 4 shows
-#: ``padding_mask``; ``shift_targets`` is in the API reference): exercise -> the files that hold that function.
+#: Exercises whose answer is, line for line, the body of a public function of the companion (``shift_targets``,
+#: which the API reference shows): exercise -> the files that hold that function.
 #: Only there may the answer appear in a release; anywhere else it is a leak.
 PUBLIC_TWINS = {
-    "padding_mask_torch": ("companion/torch/masking.py", "companion/reference/masking.py"),
-    "padding_mask_keras": ("companion/keras/masking.py",),
     "teacher_forcing_split": ("companion/training.py",),
 }
 

@@ -44,7 +44,8 @@ def test_every_exercise_passes_with_the_solution_and_fails_with_the_stub(solutio
     stubs = load_definitions(ROOT / "exercises" / solution.name)
     for item in chapter_exercises:
         run_check(item.id, answers[item.symbol])
-        with pytest.raises(CheckFailed, match="not implemented yet"):
+        # a find-the-bug stub holds working-looking code with its bug, which the check names instead
+        with pytest.raises(CheckFailed):
             run_check(item.id, stubs[item.symbol])
 
 
@@ -106,6 +107,33 @@ def _embed_divided(ids, table):
     return torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype) @ table / table.shape[1] ** 0.5
 
 
+def _as_numpy_pair(ids, table):
+    from keras import ops
+
+    return ops.convert_to_numpy(ids), ops.convert_to_numpy(table)
+
+
+def _embed_inferred_classes(ids, table):
+    import torch
+
+    return torch.nn.functional.one_hot(ids.long()).to(table.dtype) @ table * table.shape[1] ** 0.5
+
+
+def _embed_divided_numpy(ids, table):
+    ids, table = _as_numpy_pair(ids, table)
+    return np.eye(table.shape[0], dtype=table.dtype)[ids] @ table / table.shape[1] ** 0.5
+
+
+def _embed_numpy(ids, table):
+    ids, table = _as_numpy_pair(ids, table)
+    return np.eye(table.shape[0], dtype=table.dtype)[ids] @ table * table.shape[1] ** 0.5
+
+
+def _embed_numpy_unscaled(ids, table):
+    ids, table = _as_numpy_pair(ids, table)
+    return np.eye(table.shape[0], dtype=table.dtype)[ids] @ table
+
+
 def _embed_detached(ids, table):
     import torch
 
@@ -122,6 +150,22 @@ def _embed_keras(scale="multiply", stop=False):
         return {"multiply": rows * d_model**0.5, "divide": rows / d_model**0.5, "none": rows}[scale]
 
     return embed_keras
+
+
+def _gradient_right(ids, upstream, vocab_size):
+    grad = np.zeros((vocab_size, upstream.shape[-1]))
+    np.add.at(grad, ids, upstream)
+    return grad
+
+
+def _gradient_overwritten(ids, upstream, vocab_size):
+    grad = np.zeros((vocab_size, upstream.shape[-1]))
+    grad[ids] = upstream
+    return grad
+
+
+def _gradient_scaled(ids, upstream, vocab_size):
+    return _gradient_right(ids, upstream, vocab_size) * np.sqrt(upstream.shape[-1])
 
 
 @pytest.mark.parametrize(
@@ -142,6 +186,21 @@ def _embed_keras(scale="multiply", stop=False):
         ("embed_keras", _embed_keras("none"), "sqrt"),
         ("embed_keras", _embed_keras("divide"), "divided by sqrt"),
         ("embed_keras", _embed_keras(stop=True), "no gradient reaches argument 2.*stop_gradient"),
+        # issue 13: a graded question, find-the-bug in both tracks, a stretch
+        ("one_hot_answers", lambda: {"positions_needed": 11, "id_without_position": 11}, "AND PAD"),
+        ("one_hot_answers", lambda: {"positions_needed": 12, "id_without_position": 0}, "the largest id does not"),
+        ("one_hot_answers", lambda: (12, 11), "return a dict"),
+        ("fixed_embed_torch", _embed_inferred_classes, "num_classes=vocab_size"),   # the bug as handed out
+        ("fixed_embed_torch", _embed_unscaled, "sqrt"),
+        ("fixed_embed_torch", _embed_divided_numpy, "multiply instead"),
+        ("fixed_embed_torch", _embed_detached, "no gradient reaches"),
+        ("fixed_embed_keras", _embed_divided_numpy, "multiply instead"),                 # the bug as handed out
+        ("fixed_embed_keras", _embed_numpy_unscaled, "sqrt"),
+        ("fixed_embed_keras", _embed_numpy, "Keras tensor"),
+        ("embedding_gradient", _gradient_overwritten, "SUM of its upstream"),
+        ("embedding_gradient", _gradient_scaled, "without the sqrt"),
+        ("embedding_gradient", lambda ids, upstream, vocab_size: _gradient_right(ids, upstream, vocab_size).tolist(),
+         "NumPy array"),
     ],
 )
 def test_typical_mistakes_are_named(exercise_id, wrong, message):

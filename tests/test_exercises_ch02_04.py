@@ -106,6 +106,45 @@ def _self_attention_keras(width="d_out", bias=False, shared=False, scale="d_out"
     return SelfAttention
 
 
+def _torch_attention(q, k, v):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)
+    return weights @ v, weights
+
+
+def _scalar_cross(kind):
+    def scalar_self_attention(x, w_q, w_k, w_v, y=None):
+        source = x if y is None or kind == "ignore y" else y
+        q, k, v = x * w_q, (x if kind == "keys from x" else source) * w_k, source * w_v
+        if kind == "values from x":
+            v = x * w_v
+        p = _softmax(np.outer(q, k))
+        return p @ v, p
+
+    return scalar_self_attention
+
+
+def _scaled(kind):
+    def attention(q, k, v, scale=None):
+        scores = q @ np.swapaxes(k, -1, -2)
+        default = 1 / math.sqrt(q.shape[-1])
+        factor = {"divide": 1 / scale, "both": scale * default, "ignored": default}[kind] if scale else default
+        weights = _softmax(scores * factor)
+        return weights @ v, weights
+
+    return via_numpy(attention)
+
+
+def _additive(axis=-1, tanh=True, scale=False, values=True, as_list=False):
+    def additive_attention(q, k, v, w1, w2, a):
+        hidden = (q @ w1)[:, None, :] + (k @ w2)[None]
+        scores = (np.tanh(hidden) if tanh else hidden) @ a / (math.sqrt(a.shape[0]) if scale else 1.0)
+        weights = _softmax(scores, axis)
+        out = weights @ (v if values else k[:, : v.shape[1]])
+        return (out.tolist() if as_list else out), weights
+
+    return additive_attention
+
+
 CHAPTER_2 = [
     ("scalar_self_attention", _scalar(axis=0), "wrong axis"),
     ("scalar_self_attention", _scalar("q q"), "query by a query"),
@@ -133,6 +172,45 @@ CHAPTER_2 = [
     ("SelfAttention_keras", _self_attention_keras(bias=True), "use_bias=False"),
     ("SelfAttention_keras", _self_attention_keras(shared=True), "same Dense layer"),
     ("SelfAttention_keras", _self_attention_keras(scale="d_in"), r"sqrt\(d_in\)"),
+    # issue 13: graded questions, find-the-bug, stretch
+    ("self_attention_numbers", lambda: {"w_shape": (512, 256), "parameters": 393216, "weights_shape": (1, 10, 10),
+                                        "output_shape": (1, 10, 512)}, r"\(out, in\)"),
+    ("self_attention_numbers", lambda: {"w_shape": [256, 512], "parameters": 3 * (256 * 512 + 512),
+                                        "weights_shape": (1, 10, 10), "output_shape": (1, 10, 512)}, "no bias"),
+    ("self_attention_numbers", lambda: {"w_shape": (256, 512), "parameters": 393216, "weights_shape": (1, 10, 512),
+                                        "output_shape": (1, 10, 512)}, "one column per key"),
+    ("self_attention_numbers", lambda: [(256, 512), 393216], "return a dict"),
+    ("scale_for_variance", lambda variance, d_k: math.sqrt(d_k), "not sqrt\\(d_k\\) alone"),
+    ("scale_for_variance", lambda variance, d_k: math.sqrt(variance * d_k), r"variance\*\*2"),
+    ("scale_for_variance", lambda variance, d_k: variance**2 * d_k, "standard deviation"),
+    ("scale_for_variance", lambda variance, d_k: str(variance * math.sqrt(d_k)), "return a number"),
+    *[
+        (f"fixed_attention_{track}", wrong, message)
+        for track in ("torch", "keras")
+        for wrong, message in [
+            (_attention(axis=-2), "wrong axis"),       # the bug as handed out (dim=1 on 3-D inputs)
+            (_attention(scale="none"), "scale is missing"),
+            (_attention(scale="d_v"), "uses d_v"),
+            (_attention(values=False), "blends the keys"),
+        ]
+    ],
+    ("fixed_attention_torch", lambda q, k, v: tuple(t.detach() for t in
+                                                    _torch_attention(q, k, v)), "no gradient reaches"),
+    ("fixed_attention_keras", lambda q, k, v: _attention()(q, k, v), "Keras tensor"),
+    ("additive_attention", _additive(axis=0), "over the keys"),
+    ("additive_attention", _additive(tanh=False), "through tanh"),
+    ("additive_attention", _additive(scale=True), "no scaling"),
+    ("additive_attention", _additive(values=False), "blends the values"),
+    ("additive_attention", _additive(as_list=True), "NumPy array"),
+    # issue 13: the variants of exercises 1 and 2 (cross-attention with y; an optional scale)
+    ("scalar_self_attention", _scalar_cross("ignore y"), "keys come from y"),
+    ("scalar_self_attention", _scalar_cross("keys from x"), "keys come from y"),
+    ("scalar_self_attention", _scalar_cross("values from x"), "values come from y"),
+    *[
+        (f"attention_{track}", _scaled(kind), message)
+        for track in ("torch", "keras")
+        for kind, message in [("divide", "MULTIPLIES"), ("both", "do not apply both"), ("ignored", "ignored")]
+    ],
 ]
 
 
@@ -214,6 +292,29 @@ def _summed(kind):
     return summed_heads
 
 
+def _counts(**changes):
+    def head_parameter_counts():
+        right = {"concatenated": 786_432, "with_output_projection": 1_048_576, "summed": 6_291_456,
+                 "summed_output_width": 512}
+        return {**right, **changes}
+
+    return head_parameter_counts
+
+
+def _gqa(kind):
+    def grouped_query_attention(q, k, v):
+        per = q.shape[1] // k.shape[1]
+        if kind == "tile":
+            k, v = np.tile(k, (1, per, 1, 1)), np.tile(v, (1, per, 1, 1))
+        else:
+            k, v = np.repeat(k, per, axis=1), np.repeat(v, per, axis=1)
+        weights = _softmax(q @ np.swapaxes(k, -1, -2) / (1.0 if kind == "unscaled" else math.sqrt(q.shape[-1])))
+        out = weights @ v
+        return (out.tolist() if kind == "list" else out), weights
+
+    return grouped_query_attention
+
+
 CHAPTER_3 = [
     *[
         (f"split_heads_{track}", _split(kind), message)
@@ -248,6 +349,25 @@ CHAPTER_3 = [
     ("summed_heads", _summed("concat"), "concatenated the heads"),
     ("summed_heads", _summed("mean"), "averaged the heads"),
     ("summed_heads", _summed("scale"), r"1/sqrt\(d_out\)"),
+    # issue 13: find-the-bug, a graded question, a stretch
+    *[
+        (f"fixed_multi_head_attention_{track}", _mha(**kwargs), message)
+        for track in ("torch", "keras")
+        for kwargs, message in [
+            ({"transpose": False}, "without a transpose"),   # the bug as handed out
+            ({"scale": "d_model"}, r"sqrt\(d_model\)"),
+            ({"output_projection": False}, "output projection is missing"),
+            ({"axis": -2}, "wrong axis"),
+        ]
+    ],
+    ("head_parameter_counts", _counts(concatenated=8 * 3 * 512 * 512), "64 wide"),
+    ("head_parameter_counts", _counts(with_output_projection=1_048_576 + 4 * 512), "no bias"),
+    ("head_parameter_counts", _counts(summed=3 * 512 * 512), "each of the 8 heads"),
+    ("head_parameter_counts", _counts(summed_output_width=4096), "keeps the width of one head"),
+    ("head_parameter_counts", lambda: [786_432, 1_048_576], "return a dict"),
+    ("grouped_query_attention", _gqa("tile"), r"np\.repeat"),
+    ("grouped_query_attention", _gqa("unscaled"), r"sqrt\(d_head\)"),
+    ("grouped_query_attention", _gqa("list"), "NumPy arrays"),
 ]
 
 
@@ -348,6 +468,64 @@ def _three_masks(kind):
     return transformer_masks
 
 
+def _padding_first_id(ids, pad_id=0):
+    first = pad_id[0] if isinstance(pad_id, tuple) else pad_id
+    return (_numpy(ids) != first)[:, None, None, :]
+
+
+def _cached_causal(kind):
+    def causal_mask(query_len, key_len=None):
+        key_len = query_len if key_len is None else key_len
+        offset = 0 if kind == "top left" else key_len - query_len
+        mask = np.tril(np.ones((query_len, key_len), dtype=bool), offset)
+        if kind == "inverted" and key_len != query_len:
+            mask = ~mask
+        return mask if kind == "2d" and key_len != query_len else mask[None, None]
+
+    return causal_mask
+
+
+def _answers(**changes):
+    def masking_answers():
+        right = {"cross_mask_from": "source", "lowest_float16": -65504.0, "minus_1e9_in_float16": float("-inf"),
+                 "weight_on_zero_filled_key": 0.25}
+        return {**right, **changes}
+
+    return masking_answers
+
+
+def _torch_style(kind):
+    def torch_style_masks(src_ids, tgt_ids, pad_id=0):
+        n = tgt_ids.shape[1]
+        masks = {"src_key_padding_mask": src_ids == pad_id, "tgt_key_padding_mask": tgt_ids == pad_id,
+                 "memory_key_padding_mask": (tgt_ids if kind == "memory from target" else src_ids) == pad_id,
+                 "tgt_mask": np.triu(np.ones((n, n), dtype=bool), 0 if kind == "diagonal" else 1)}
+        if kind == "course":
+            masks = {key: ~value for key, value in masks.items()}
+        elif kind == "4d":
+            masks["src_key_padding_mask"] = masks["src_key_padding_mask"][:, None, None, :]
+        elif kind == "int":
+            masks["tgt_mask"] = masks["tgt_mask"].astype(np.int64)
+        return masks
+
+    return torch_style_masks
+
+
+def _packed(kind):
+    def packed_causal_mask(segment_ids):
+        n = segment_ids.shape[1]
+        same = segment_ids[:, :, None] == segment_ids[:, None, :]
+        real = (segment_ids != 0)[:, None, :]
+        causal = np.tril(np.ones((n, n), dtype=bool))[None]
+        mask = {"no segments": real & causal, "no causal": same & real, "pad keys": same & causal}.get(
+            kind, same & real & causal)
+        if kind == "3d":
+            return mask
+        return mask[:, None].astype(np.float32) if kind == "float" else mask[:, None]
+
+    return packed_causal_mask
+
+
 CHAPTER_4 = [
     *[
         (f"padding_mask_{track}", _padding(kind), message)
@@ -386,6 +564,40 @@ CHAPTER_4 = [
     ("transformer_masks", _three_masks("no target padding"), "lacks the target padding mask"),
     ("transformer_masks", _three_masks("or"), r"\(AND\)"),
     ("transformer_masks", _three_masks("causal encoder"), "no causal"),
+    # issue 13: the variants of exercises 1 and 2, find-the-bug, graded answers, torch's convention, a stretch
+    *[(f"padding_mask_{track}", _padding_first_id, "every id in it is blocked") for track in ("torch", "keras")],
+    *[
+        (f"causal_mask_{track}", _cached_causal(kind), message)
+        for track in ("torch", "keras")
+        for kind, message in [("top left", "LAST query_len positions"), ("2d", r"\(1, 1, query_len, key_len\)"),
+                              ("inverted", "inverted")]
+    ],
+    ("fixed_masked_attention_torch", _masked_torch(fill="-1e9"), "most negative finite value"),   # the bug
+    ("fixed_masked_attention_torch", _masked_torch(fill="-inf"), "NaN"),
+    ("fixed_masked_attention_torch", _masked_torch(where="after"), "after the softmax"),
+    ("fixed_masked_attention_torch", _masked_torch(scale=False), "scale is missing"),
+    ("fixed_masked_attention_torch", lambda q, k, v, m: tuple(t.detach() for t in _masked_torch()(q, k, v, m)),
+     "no gradient reaches"),
+    ("fixed_masked_attention_keras", _masked_numpy("after"), "after the softmax"),                 # the bug
+    ("fixed_masked_attention_keras", _masked_keras(fill="-inf"), "NaN"),
+    ("fixed_masked_attention_keras", _masked_keras(fill="-1e9"), "most negative finite value"),
+    ("fixed_masked_attention_keras", _masked_numpy("inverted"), "inverted"),
+    ("masking_answers", _answers(cross_mask_from="target"), "comes from the source"),
+    ("masking_answers", _answers(lowest_float16=float(np.finfo(np.float32).min)), "float32's lowest"),
+    ("masking_answers", _answers(minus_1e9_in_float16=-65504.0), "rounds to -inf"),
+    ("masking_answers", _answers(weight_on_zero_filled_key=0.0), r"exp\(0\) = 1"),
+    ("masking_answers", _answers(weight_on_zero_filled_key="0.25"), "is a number"),
+    ("masking_answers", lambda: ("source", -65504.0), "return a dict"),
+    ("torch_style_masks", _torch_style("course"), "BLOCKED positions with True"),
+    ("torch_style_masks", _torch_style("memory from target"), "not the target's"),
+    ("torch_style_masks", _torch_style("diagonal"), "diagonal"),
+    ("torch_style_masks", _torch_style("4d"), "without singleton axes"),
+    ("torch_style_masks", _torch_style("int"), "boolean masks"),
+    ("packed_causal_mask", _packed("no segments"), "ITS OWN segment"),
+    ("packed_causal_mask", _packed("no causal"), "no token sees a later one"),
+    ("packed_causal_mask", _packed("pad keys"), "padding"),
+    ("packed_causal_mask", _packed("3d"), r"\(batch, 1, length, length\)"),
+    ("packed_causal_mask", _packed("float"), "should be boolean"),
 ]
 
 

@@ -149,3 +149,71 @@ def check_embed_keras(embed_keras) -> None:
 
     _check_embedding(embed_keras, lambda i, t: (ops.convert_to_tensor(i), ops.convert_to_tensor(t)), "embed_keras",
                      "keras")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 13: a graded question, find-the-bug in both tracks, a stretch
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "one_hot_answers", "graded: the one-hot length an 11-word vocabulary with PAD needs")
+def check_one_hot_answers(one_hot_answers) -> None:
+    answer = call(one_hot_answers)
+    if not isinstance(answer, dict) or {"positions_needed", "id_without_position"} - set(answer):
+        raise CheckFailed("the text says: return a dict with the keys 'positions_needed' and 'id_without_position'")
+    expect_equal(answer["positions_needed"], 12, "positions_needed", mistakes={
+        "the text says: ids 1 to 11 AND PAD (0) each need a position": 11})
+    expect_equal(answer["id_without_position"], 11, "id_without_position", mistakes={
+        "vectors of length 11 have positions 0 to 10; PAD (0) has one, the largest id does not": 0})
+
+
+ONE_HOT_HINT = ("the text says: the one-hot vectors are vocab_size long; one_hot without num_classes makes them "
+                "only as long as the largest id in the batch plus one, so pass num_classes=vocab_size")
+
+
+@exercise(CHAPTER, "fixed_embed_torch", "find the bug: embedding as one-hot @ table, in PyTorch", track="torch",
+          shortcuts=EMBEDDING_SHORTCUTS)
+def check_fixed_embed_torch(fixed_embed_torch) -> None:
+    import torch
+
+    ids = np.array([[1, 2, 0], [3, 1, 2]])  # the largest id (3) is below vocab_size - 1
+    table = rng(4).standard_normal((6, 4)).astype(np.float32)
+    try:
+        answer = call(fixed_embed_torch, torch.as_tensor(ids), torch.as_tensor(table))
+    except CheckFailed as failure:
+        raise CheckFailed(f"{failure}. Likely: {ONE_HOT_HINT}") from None
+    expect_close(answer, table[ids] * 2.0, "fixed_embed_torch(ids whose largest id is 3, table (6, 4))", mistakes={
+        "the sqrt(d_model) factor is missing": table[ids],
+        "you divided by sqrt(d_model); multiply instead": table[ids] / 2.0})
+    _check_embedding(fixed_embed_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "fixed_embed_torch",
+                     "torch")
+
+
+@exercise(CHAPTER, "fixed_embed_keras", "find the bug: embedding as one-hot @ table, in Keras", track="keras",
+          shortcuts=EMBEDDING_SHORTCUTS)
+def check_fixed_embed_keras(fixed_embed_keras) -> None:
+    from keras import ops
+
+    _check_embedding(fixed_embed_keras, lambda i, t: (ops.convert_to_tensor(i), ops.convert_to_tensor(t)),
+                     "fixed_embed_keras", "keras")
+
+
+@exercise(CHAPTER, "embedding_gradient", "stretch: the gradient of an embedding table, rows that repeat add up")
+def check_embedding_gradient(embedding_gradient) -> None:
+    generator = rng(5)
+    for batch, length, vocab, d_model in [(2, 5, 6, 3), (1, 4, 3, 2), (3, 6, 10, 4)]:
+        ids = generator.integers(0, vocab, size=(batch, length))
+        ids[0, :2] = ids[0, 2]  # a repeated id
+        upstream = generator.standard_normal((batch, length, d_model))
+        expected = np.zeros((vocab, d_model))
+        np.add.at(expected, ids, upstream)
+        overwritten = np.zeros((vocab, d_model))
+        overwritten[ids] = upstream
+        what = f"embedding_gradient(ids {ids.shape}, upstream {upstream.shape}, vocab_size={vocab})"
+        answer = call(embedding_gradient, ids.copy(), upstream.copy(), vocab)
+        expect_close(answer, expected, what, mistakes={
+            "the text says: an id that occurs several times collects the SUM of its upstream gradients; "
+            "grad[ids] = upstream keeps only the last one (np.add.at adds them all)": overwritten,
+            "the text says: the loss uses table[ids] without the sqrt(d_model) factor": expected * np.sqrt(d_model),
+        })
+        expect_type(answer, "numpy", f"the result of {what} (the text says: a NumPy array)", "float")

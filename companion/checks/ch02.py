@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from companion import reference
-from companion.checks import CheckFailed, call, exercise, expect_close, rng
+from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng
 
 CHAPTER = "02_attention"
 
@@ -124,6 +124,25 @@ def check_scalar_self_attention(scalar_self_attention) -> None:
                 "h blends the inputs x; it must blend the values v_j = x_j * w_v": weights @ x,
             },
         )
+    for n, m in [(4, 4), (3, 5), (4, 1), (1, 3)]:  # the variant of issue 13: cross-attention, keys and values from y
+        x = np.round(generator.normal(0, 1.2, size=n), 2)
+        y = np.round(generator.normal(0, 1.2, size=m), 2)
+        w_q, w_k, w_v = (float(np.round(w, 2)) for w in generator.normal(0, 1, size=3))
+        q, k, v = x * w_q, y * w_k, y * w_v
+        scores = np.outer(q, k)
+        weights = reference.softmax(scores, axis=-1)
+        name = f"scalar_self_attention(x of length {n}, w_q={w_q}, w_k={w_k}, w_v={w_v}, y of length {m})"
+        h, p = output_pair(call(scalar_self_attention, x.copy(), w_q, w_k, w_v, y=y.copy()), name, "h", "P")
+        expect_close(p, weights, f"P of {name}", mistakes={
+            "the text says: with y, the keys come from y (k_j = y_j * w_k), the queries from x":
+                reference.softmax(np.outer(q, x * w_k)) if n == m else None,
+            "softmax over the wrong axis: row i (query i) must sum to 1": reference.softmax(scores, axis=0),
+        })
+        expect_close(h, weights @ v, f"h of {name}", mistakes={
+            "the text says: with y, the values come from y (v_j = y_j * w_v)":
+                weights @ (x * w_v) if n == m else None,
+            "the values are v_j = y_j * w_v, not the keys": weights @ (y * w_k),
+        })
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -156,12 +175,36 @@ def _check_attention(attention, track: str, name: str) -> None:
           shortcuts=ATTENTION_SHORTCUTS)
 def check_attention_torch(attention_torch) -> None:
     _check_attention(attention_torch, "torch", "attention_torch")
+    _check_attention_scale(attention_torch, "torch", "attention_torch")
 
 
 @exercise(CHAPTER, "attention_keras", "softmax(q k^T / sqrt(d_k)) v with its weights, in Keras", track="keras",
           shortcuts=ATTENTION_SHORTCUTS)
 def check_attention_keras(attention_keras) -> None:
     _check_attention(attention_keras, "keras", "attention_keras")
+    _check_attention_scale(attention_keras, "keras", "attention_keras")
+
+
+def _check_attention_scale(attention, track: str, name: str) -> None:
+    """The variant of issue 13: an optional ``scale`` that multiplies the scores instead of 1 / sqrt(d_k)."""
+    generator = rng(24)
+    for (lead, n, m, d_k, d_v), scale in zip(ATTENTION_SHAPES, (0.3, 1.0, 0.05), strict=True):
+        q = generator.standard_normal((*lead, n, d_k)).astype(np.float32) * 1.5
+        k = generator.standard_normal((*lead, m, d_k)).astype(np.float32) * 1.5
+        v = generator.standard_normal((*lead, m, d_v)).astype(np.float32)
+        q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+        raw = q64 @ np.swapaxes(k64, -1, -2)
+        right = reference.softmax(raw * scale)
+        what = f"the weights of {name}(q {q.shape}, k {k.shape}, v {v.shape}, scale={scale})"
+        out, weights = output_pair(call(attention, *converter(track)(q, k, v), scale=scale), what)
+        expect_close(weights, right, what, mistakes={
+            "the text says: scale MULTIPLIES the scores (scale = 1 / sqrt(d_k) gives the default)":
+                reference.softmax(raw / scale),
+            "the text says: a given scale replaces 1 / sqrt(d_k); do not apply both":
+                reference.softmax(raw * scale / np.sqrt(d_k)),
+            "the text says: use the given scale; it was ignored": reference.softmax(raw / np.sqrt(d_k)),
+        }, **tolerance(track))
+        expect_close(out, right @ v64, f"the output of {name}(..., scale={scale})", **tolerance(track))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,3 +305,99 @@ def check_self_attention_keras(SelfAttention_keras) -> None:  # noqa: N803 (the 
         answer = call(layer, x)
         what = f"SelfAttention_keras({d_in}, {d_out})(x)"
         check_attention_pair(answer, _layer_variants(x, weights), what, **tolerance("keras"), track="keras")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 13: graded questions, find-the-bug, stretch
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "self_attention_numbers", "shapes and parameter count of a 256 -> 512 self-attention layer")
+def check_self_attention_numbers(self_attention_numbers) -> None:
+    answer = call(self_attention_numbers)
+    if not isinstance(answer, dict):
+        raise CheckFailed("the text says: return a dict with the keys 'w_shape', 'parameters', 'weights_shape' and "
+                          f"'output_shape'; got {type(answer).__name__}")
+    missing = {"w_shape", "parameters", "weights_shape", "output_shape"} - set(answer)
+    if missing:
+        raise CheckFailed(f"the text says: the dict holds the keys 'w_shape', 'parameters', 'weights_shape' and "
+                          f"'output_shape'; missing {sorted(missing)}")
+    expect_equal(answer["w_shape"], (256, 512), "w_shape (the text says: as a matrix W with q = x W)",
+                 mistakes={"that is torch's nn.Linear storage, (out, in); the text asks for W with q = x W, "
+                           "(d_in, d_out)": (512, 256)})
+    expect_equal(answer["parameters"], 3 * 256 * 512, "parameters (the text says: the three matrices, no bias)",
+                 mistakes={"the projections have no bias (the text says so)": 3 * (256 * 512 + 512),
+                           "count all three matrices, W_Q, W_K and W_V": 256 * 512})
+    expect_equal(answer["weights_shape"], (1, 10, 10), "weights_shape",
+                 mistakes={"the weights have one column per key, not per feature: (batch, seq_len, seq_len)":
+                           (1, 10, 512)})
+    expect_equal(answer["output_shape"], (1, 10, 512), "output_shape",
+                 mistakes={"the output has the projected width d_out = 512, not the input width": (1, 10, 256)})
+
+
+@exercise(CHAPTER, "scale_for_variance", "the divisor that brings the variance of q . k back to 1")
+def check_scale_for_variance(scale_for_variance) -> None:
+    for variance, d_k in [(2.0, 64), (1.0, 64), (0.5, 16), (4.0, 9), (3.0, 1)]:
+        got = call(scale_for_variance, variance, d_k)
+        if isinstance(got, bool) or not isinstance(got, int | float | np.integer | np.floating):
+            raise CheckFailed(f"the text says: scale_for_variance({variance}, {d_k}) should return a number; got "
+                              f"{type(got).__name__}")
+        value = float(got)
+        expected = variance * np.sqrt(d_k)
+        wrong = {
+            "the text asks for the divisor that brings the variance back to 1: that is the standard deviation "
+            "of q . k, variance * sqrt(d_k), not sqrt(d_k) alone": np.sqrt(d_k),
+            "each term q_i k_i has variance variance**2 (a product of two independent entries), so q . k has "
+            "variance variance**2 * d_k and the divisor is its square root": np.sqrt(variance * d_k),
+            "that is the variance of q . k; divide by its square root (the standard deviation)": variance**2 * d_k,
+        }
+        if np.isclose(value, expected, rtol=1e-6):
+            continue
+        for message, w in wrong.items():
+            if np.isclose(value, w, rtol=1e-6):
+                raise CheckFailed(f"scale_for_variance({variance}, {d_k}) = {value:.6g} is not right. Likely: "
+                                  f"{message}")
+        raise CheckFailed(f"scale_for_variance({variance}, {d_k}) should be {expected:.6g}; got {value:.6g}")
+
+
+@exercise(CHAPTER, "fixed_attention_torch", "find the bug: batched attention in PyTorch", track="torch",
+          shortcuts=ATTENTION_SHORTCUTS)
+def check_fixed_attention_torch(fixed_attention_torch) -> None:
+    _check_attention(fixed_attention_torch, "torch", "fixed_attention_torch")
+
+
+@exercise(CHAPTER, "fixed_attention_keras", "find the bug: batched attention in Keras", track="keras",
+          shortcuts=ATTENTION_SHORTCUTS)
+def check_fixed_attention_keras(fixed_attention_keras) -> None:
+    _check_attention(fixed_attention_keras, "keras", "fixed_attention_keras")
+
+
+ADDITIVE_SHAPES = [(3, 5, 4, 6, 7, 2), (1, 1, 2, 3, 4, 5), (4, 6, 8, 8, 5, 3)]  # n, m, d_q, d_k, d_att, d_v
+
+
+@exercise(CHAPTER, "additive_attention", "stretch: additive (Bahdanau) attention a . tanh(q W1 + k W2), in NumPy")
+def check_additive_attention(additive_attention) -> None:
+    generator = rng(23)
+    for n, m, d_q, d_k, d_att, d_v in ADDITIVE_SHAPES:
+        q, k = generator.standard_normal((n, d_q)), generator.standard_normal((m, d_k))
+        v = generator.standard_normal((m, d_v))
+        w1, w2 = generator.standard_normal((d_q, d_att)), generator.standard_normal((d_k, d_att))
+        a = generator.standard_normal(d_att) * 1.5
+        hidden = q[:, None, :] @ w1 + (k @ w2)[None]               # (n, m, d_att)
+        scores = np.tanh(hidden) @ a
+        weights = reference.softmax(scores, axis=-1)
+        name = f"additive_attention(q {q.shape}, k {k.shape}, v {v.shape}, w1 {w1.shape}, w2 {w2.shape}, a)"
+        result = call(additive_attention, q.copy(), k.copy(), v.copy(), w1.copy(), w2.copy(), a.copy())
+        out, p = output_pair(result, name)
+        expect_close(p, weights, f"the weights of {name}", mistakes={
+            "the text says: the softmax runs over the keys (each row, one query, sums to 1)":
+                reference.softmax(scores, axis=0) if n > 1 else None,
+            "the text says: the score passes the sum through tanh before the dot product with a":
+                reference.softmax(hidden @ a, axis=-1),
+            "the text says: no scaling; additive scores are not divided by sqrt(d_att)":
+                reference.softmax(scores / np.sqrt(d_att), axis=-1),
+        })
+        expect_close(out, weights @ v, f"the output of {name}",
+                     mistakes={"the text says: the output blends the values, weights @ v": weights @ k[:, :d_v]
+                               if d_k >= d_v else None})
+        expect_type(result[0], "numpy", f"the output of {name} (the text says: float NumPy arrays)", "float")

@@ -281,3 +281,72 @@ def check_summed_heads(summed_heads) -> None:
                 "the heads were stacked on a new axis, not summed": np.stack(right),
             },
         )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 13: find-the-bug, a graded question, a stretch
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "fixed_multi_head_attention_torch", "find the bug: multi-head attention, PyTorch", "torch",
+          ATTENTION_SHORTCUTS)
+def check_fixed_multi_head_attention_torch(fixed_multi_head_attention_torch) -> None:
+    _check_mha(fixed_multi_head_attention_torch, "torch", "fixed_multi_head_attention_torch")
+
+
+@exercise(CHAPTER, "fixed_multi_head_attention_keras", "find the bug: multi-head attention, Keras", "keras",
+          ATTENTION_SHORTCUTS)
+def check_fixed_multi_head_attention_keras(fixed_multi_head_attention_keras) -> None:
+    _check_mha(fixed_multi_head_attention_keras, "keras", "fixed_multi_head_attention_keras")
+
+
+@exercise(CHAPTER, "head_parameter_counts", "projection parameters of concatenated and summed heads, 512 wide")
+def check_head_parameter_counts(head_parameter_counts) -> None:
+    from companion.checks import CheckFailed, expect_equal
+
+    answer = call(head_parameter_counts)
+    keys = ("concatenated", "with_output_projection", "summed", "summed_output_width")
+    if not isinstance(answer, dict) or set(keys) - set(answer):
+        raise CheckFailed(f"the text says: return a dict with the keys {', '.join(keys)}")
+    expect_equal(answer["concatenated"], 786_432, "concatenated (the text says: (a), 8 heads of width 64, no bias)",
+                 mistakes={"count Q, K and V: 3 matrices per head": 8 * 512 * 64,
+                           "each head is 64 wide: 512 x 64 per matrix, not 512 x 512": 8 * 3 * 512 * 512})
+    expect_equal(answer["with_output_projection"], 1_048_576, "with_output_projection (the text says: (a) plus W_O)",
+                 mistakes={"the text says: no bias; 4 x 512 is the biases": 1_048_576 + 4 * 512,
+                           "W_O is 512 x 512 and comes on top of (a)": 512 * 512})
+    expect_equal(answer["summed"], 6_291_456, "summed (the text says: (c), 8 heads of width 512)",
+                 mistakes={"each of the 8 heads is 512 wide: 8 x 3 x 512 x 512": 3 * 512 * 512})
+    expect_equal(answer["summed_output_width"], 512, "summed_output_width",
+                 mistakes={"summing keeps the width of one head; only concatenation multiplies it": 8 * 512})
+
+
+GQA_CASES = [(2, 4, 2, 3, 5, 4), (1, 6, 3, 4, 4, 2), (2, 4, 1, 2, 3, 8), (1, 2, 2, 3, 3, 4)]  # b, H, G, n, m, d
+
+
+@exercise(CHAPTER, "grouped_query_attention", "stretch: grouped-query attention, several query heads per key head")
+def check_grouped_query_attention(grouped_query_attention) -> None:
+    generator = rng(33)
+    for batch, heads, groups, n, m, d in GQA_CASES:
+        q = generator.standard_normal((batch, heads, n, d)) * 1.5
+        k = generator.standard_normal((batch, groups, m, d)) * 1.5
+        v = generator.standard_normal((batch, groups, m, d))
+
+        def attend(q, k_full, v_full, scale):
+            weights = reference.softmax(q @ np.swapaxes(k_full, -1, -2) / scale)
+            return weights @ v_full, weights
+
+        per = heads // groups
+        right = attend(q, np.repeat(k, per, axis=1), np.repeat(v, per, axis=1), np.sqrt(d))
+        tiled = attend(q, np.tile(k, (1, per, 1, 1)), np.tile(v, (1, per, 1, 1)), np.sqrt(d))
+        unscaled = attend(q, np.repeat(k, per, axis=1), np.repeat(v, per, axis=1), 1.0)
+        what = f"grouped_query_attention(q {q.shape}, k {k.shape}, v {v.shape})"
+        answer = call(grouped_query_attention, q.copy(), k.copy(), v.copy())
+        out, weights = output_pair(answer, what)
+        mistakes = {
+            "the text says: query heads 0..per-1 share key head 0, the next per share key head 1 (np.repeat along "
+            "the head axis), not heads 0, G, 2G, ... (np.tile)": tiled,
+            "the text says: each head's scores are divided by sqrt(d_head)": unscaled,
+        }
+        expect_close(weights, right[1], f"the weights of {what}", mistakes={k_: w for k_, (_, w) in mistakes.items()})
+        expect_close(out, right[0], f"the output of {what}", mistakes={k_: o for k_, (o, _) in mistakes.items()})
+        expect_type(answer[0], "numpy", f"the output of {what} (the text says: NumPy arrays)", "float")

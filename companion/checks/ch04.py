@@ -68,6 +68,25 @@ def _check_padding_mask(padding_mask, track: str, name: str) -> None:
         )
         _expect_bool(answer, what)
         expect_type(answer, track, what, "bool")
+    _check_padding_mask_tuple(padding_mask, track, name)
+
+
+def _check_padding_mask_tuple(padding_mask, track: str, name: str) -> None:
+    """The variant of issue 13: ``pad_id`` may be a tuple of ids, all of which are blocked."""
+    generator = rng(43)
+    for batch, length, pad_ids in [(3, 6, (0, 3)), (2, 5, (7,)), (2, 4, (1, 2, 5))]:
+        ids = generator.integers(0, 9, size=(batch, length))
+        ids[:, 0] = 8  # every row keeps a real token
+        expected = ~np.isin(ids, pad_ids)[:, None, None, :]
+        answer = call(padding_mask, *converter(track)(ids), pad_id=pad_ids)
+        what = f"{name}(ids {ids.tolist()}, pad_id={pad_ids})"
+        expect_equal(to_numpy(answer), expected, what, mistakes={
+            "the text says: when pad_id is a tuple, every id in it is blocked, not only the first":
+                (ids != pad_ids[0])[:, None, None, :],
+            INVERTED: ~expected,
+        })
+        _expect_bool(answer, what)
+        expect_type(answer, track, what, "bool")
 
 
 @exercise(CHAPTER, "padding_mask_torch", "ids (batch, len) -> bool (batch, 1, 1, len), True = not padding", "torch")
@@ -105,6 +124,20 @@ def _check_causal_mask(causal_mask, name: str, track: str = "numpy") -> None:
                 "and the heads": expected[0, 0],
             },
         )
+        _expect_bool(answer, what)
+        expect_type(answer, track, what, "bool")
+    for query_len, key_len in [(1, 5), (2, 6), (3, 3), (4, 7)]:  # the variant of issue 13: cached decoding
+        offset = key_len - query_len
+        expected = np.tril(np.ones((query_len, key_len), dtype=bool), offset)[None, None]
+        answer = call(causal_mask, query_len, key_len)
+        what = f"{name}({query_len}, {key_len})"
+        expect_equal(to_numpy(answer), expected, what, mistakes={
+            "the text says: the queries are the LAST query_len positions, so query i sits at position "
+            f"key_len - query_len + i = {offset} + i and may attend to keys 0..{offset} + i":
+                np.tril(np.ones((query_len, key_len), dtype=bool))[None, None],
+            INVERTED: ~expected,
+            "the text says: the mask has shape (1, 1, query_len, key_len)": expected[0, 0],
+        })
         _expect_bool(answer, what)
         expect_type(answer, track, what, "bool")
 
@@ -283,3 +316,120 @@ def check_transformer_masks(transformer_masks) -> None:
         )
         for mask, role in ((encoder, "encoder"), (decoder_self, "decoder self-attention"), (cross, "cross-attention")):
             _expect_bool(mask, f"the {role} mask of {what}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 13: find-the-bug, graded answers, a variant in torch.nn's convention, a stretch
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@exercise(CHAPTER, "fixed_masked_attention_torch", "find the bug: masked attention that breaks in float16, PyTorch",
+          "torch", ATTENTION_SHORTCUTS)
+def check_fixed_masked_attention_torch(fixed_masked_attention_torch) -> None:
+    _check_masked_attention(fixed_masked_attention_torch, "torch", "fixed_masked_attention_torch")
+
+
+@exercise(CHAPTER, "fixed_masked_attention_keras", "find the bug: masked attention whose rows do not sum to 1, Keras",
+          "keras", ATTENTION_SHORTCUTS)
+def check_fixed_masked_attention_keras(fixed_masked_attention_keras) -> None:
+    _check_masked_attention(fixed_masked_attention_keras, "keras", "fixed_masked_attention_keras")
+
+
+@exercise(CHAPTER, "masking_answers", "graded answers: the cross-attention mask, float16 limits, a zero fill")
+def check_masking_answers(masking_answers) -> None:
+    answer = call(masking_answers)
+    keys = ("cross_mask_from", "lowest_float16", "minus_1e9_in_float16", "weight_on_zero_filled_key")
+    if not isinstance(answer, dict) or set(keys) - set(answer):
+        raise CheckFailed(f"the text says: return a dict with the keys {', '.join(keys)}; got "
+                          f"{sorted(answer) if isinstance(answer, dict) else type(answer).__name__}")
+    expect_equal(answer["cross_mask_from"], "source", "cross_mask_from (the text says: 'source' or 'target')",
+                 mistakes={"cross-attention's keys are the encoder's outputs, one per source position, so its "
+                           "padding mask comes from the source": "target"})
+    for key, expected, mistakes in [
+        ("lowest_float16", -65504.0, {"that is float32's lowest value; float16 stops at -65504":
+                                      float(np.finfo(np.float32).min), "the text asks for the most NEGATIVE finite "
+                                      "value, not the largest": 65504.0}),
+        ("minus_1e9_in_float16", -np.inf, {"-1e9 lies beyond float16's range (-65504): it rounds to -inf, not to "
+                                           "the lowest finite value": -65504.0, "-1e9 does not fit in float16": -1e9}),
+        ("weight_on_zero_filled_key", 0.25, {"a score of 0 is not blocked: exp(0) = 1, like the three other keys, "
+                                             "so it gets a quarter of the weight": 0.0}),
+    ]:
+        value = answer[key]
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise CheckFailed(f"the text says: {key} is a number; got {type(value).__name__}")
+        value = float(value)
+        if value == expected or (np.isfinite(expected) and np.isclose(value, expected, rtol=1e-6)):
+            continue
+        for message, wrong in mistakes.items():
+            if value == wrong or (np.isfinite(wrong) and np.isclose(value, wrong, rtol=1e-6)):
+                raise CheckFailed(f"{key} = {value!r} is not right. Likely: {message}")
+        raise CheckFailed(f"{key} should be {expected!r}; got {value!r}")
+
+
+@exercise(CHAPTER, "torch_style_masks", "a Transformer's masks in torch.nn.Transformer's convention (True = blocked)")
+def check_torch_style_masks(torch_style_masks) -> None:
+    generator = rng(44)
+    for batch, src_len, tgt_len, pad_id in [(2, 5, 5, 0), (3, 6, 4, 0), (2, 3, 6, 1)]:
+        src = _ids_batch(generator, batch, src_len, pad_id)
+        tgt = _ids_batch(generator, batch, tgt_len, pad_id)
+        what = f"torch_style_masks(src_ids {src.shape}, tgt_ids {tgt.shape}, pad_id={pad_id})"
+        answer = call(torch_style_masks, src.copy(), tgt.copy(), pad_id=pad_id)
+        keys = ("src_key_padding_mask", "tgt_key_padding_mask", "memory_key_padding_mask", "tgt_mask")
+        if not isinstance(answer, dict) or set(keys) - set(answer):
+            raise CheckFailed(f"the text says: {what} returns a dict with the keys {', '.join(keys)}")
+        src_blocked, tgt_blocked = src == pad_id, tgt == pad_id
+        future = np.triu(np.ones((tgt_len, tgt_len), dtype=bool), 1)
+        flip = "the text says: torch.nn.Transformer marks BLOCKED positions with True, the opposite of the course"
+        for key, expected, extra in [
+            ("src_key_padding_mask", src_blocked, {"the text says: (batch, src_len), without singleton axes":
+                                                   src_blocked[:, None, None, :]}),
+            ("tgt_key_padding_mask", tgt_blocked, {"the text says: (batch, tgt_len), without singleton axes":
+                                                   tgt_blocked[:, None, None, :]}),
+            ("memory_key_padding_mask", src_blocked, {"the memory is the encoder's output, one key per SOURCE "
+                                                      "position: take the source padding, not the target's":
+                                                      tgt_blocked}),
+            ("tgt_mask", future, {"the text says: (tgt_len, tgt_len), shared by the batch": future[None, None],
+                                  "a position may attend to itself: block only the keys after it (the diagonal "
+                                  "stays False)": np.triu(np.ones((tgt_len, tgt_len), dtype=bool))}),
+        ]:
+            mistakes = {flip: ~expected, **extra}
+            expect_equal(to_numpy(answer[key]), expected, f"{key} of {what}", mistakes=mistakes)
+            array = to_numpy(answer[key])
+            if array.dtype != np.bool_:
+                raise CheckFailed(f"the text says: boolean masks; {key} of {what} has dtype {array.dtype}")
+
+
+def _segments(generator: np.random.Generator, batch: int, length: int) -> np.ndarray:
+    """Packed rows: segments 1, 2, ... of random lengths, then padding (0) at the end of some rows."""
+    rows = []
+    for row in range(batch):
+        used = length if row == 0 else int(generator.integers(1, length + 1))
+        cuts = np.sort(generator.choice(np.arange(1, used), size=min(2, used - 1), replace=False)) if used > 1 else []
+        segment = np.zeros(length, dtype=np.int64)
+        segment[:used] = 1 + np.searchsorted(cuts, np.arange(used), side="right")
+        rows.append(segment)
+    return np.stack(rows)
+
+
+@exercise(CHAPTER, "packed_causal_mask", "stretch: causal mask for several sentences packed into one row")
+def check_packed_causal_mask(packed_causal_mask) -> None:
+    generator = rng(45)
+    for batch, length in [(2, 7), (3, 5), (1, 1), (2, 9)]:
+        segments = _segments(generator, batch, length)
+        same = segments[:, :, None] == segments[:, None, :]
+        real = (segments != 0)[:, None, :]
+        causal = np.tril(np.ones((length, length), dtype=bool))[None]
+        expected = (same & real & causal)[:, None]
+        what = f"packed_causal_mask(segment_ids {segments.tolist()})"
+        answer = call(packed_causal_mask, segments.copy())
+        own, later, pads = (real & causal)[:, None], (same & real)[:, None], (same & causal)[:, None]
+        expect_equal(to_numpy(answer), expected, what, mistakes={
+            "the text says: a token sees only earlier tokens of ITS OWN segment; combine the segment test with "
+            "the causal mask": own,
+            "the text says: no token sees a later one: AND the segment test with the causal mask": later,
+            "the text says: padding (segment 0) is blocked as a key, even for padding queries": pads,
+            INVERTED: ~expected,
+            "the text says: the shape is (batch, 1, length, length), broadcasting over the heads": expected[:, 0],
+        })
+        _expect_bool(answer, what)
+        expect_type(answer, "numpy", what, "bool")
