@@ -152,6 +152,21 @@ def _embed_keras(scale="multiply", stop=False):
     return embed_keras
 
 
+def _answers_forgot_pad():
+    return {"positions_needed": 11, "id_without_position": 11}
+
+
+def _answers_zero_has_no_position():
+    return {"positions_needed": 12, "id_without_position": 0}
+
+
+def _answers_as_tuple():
+    return (12, 11)
+
+
+def _gradient_as_list(ids, upstream, vocab_size):
+    return _gradient_right(ids, upstream, vocab_size).tolist()
+
 def _gradient_right(ids, upstream, vocab_size):
     grad = np.zeros((vocab_size, upstream.shape[-1]))
     np.add.at(grad, ids, upstream)
@@ -187,9 +202,9 @@ def _gradient_scaled(ids, upstream, vocab_size):
         ("embed_keras", _embed_keras("divide"), "divided by sqrt"),
         ("embed_keras", _embed_keras(stop=True), "no gradient reaches argument 2.*stop_gradient"),
         # issue 13: a graded question, find-the-bug in both tracks, a stretch
-        ("one_hot_answers", lambda: {"positions_needed": 11, "id_without_position": 11}, "AND PAD"),
-        ("one_hot_answers", lambda: {"positions_needed": 12, "id_without_position": 0}, "the largest id does not"),
-        ("one_hot_answers", lambda: (12, 11), "return a dict"),
+        ("one_hot_answers", _answers_forgot_pad, "AND PAD"),
+        ("one_hot_answers", _answers_zero_has_no_position, "the largest id does not"),
+        ("one_hot_answers", _answers_as_tuple, "return a dict"),
         ("fixed_embed_torch", _embed_inferred_classes, "num_classes=vocab_size"),   # the bug as handed out
         ("fixed_embed_torch", _embed_unscaled, "sqrt"),
         ("fixed_embed_torch", _embed_divided_numpy, "multiply instead"),
@@ -199,8 +214,7 @@ def _gradient_scaled(ids, upstream, vocab_size):
         ("fixed_embed_keras", _embed_numpy, "Keras tensor"),
         ("embedding_gradient", _gradient_overwritten, "SUM of its upstream"),
         ("embedding_gradient", _gradient_scaled, "without the sqrt"),
-        ("embedding_gradient", lambda ids, upstream, vocab_size: _gradient_right(ids, upstream, vocab_size).tolist(),
-         "NumPy array"),
+        ("embedding_gradient", _gradient_as_list, "NumPy array"),
     ],
 )
 def test_typical_mistakes_are_named(exercise_id, wrong, message):

@@ -145,6 +145,48 @@ def _additive(axis=-1, tanh=True, scale=False, values=True, as_list=False):
     return additive_attention
 
 
+# Named (not lambdas) so the synthetic class can write each mistake into a notebook as source.
+def _numbers_w_transposed():
+    return {"w_shape": (512, 256), "parameters": 393216, "weights_shape": (1, 10, 10), "output_shape": (1, 10, 512)}
+
+
+def _numbers_with_bias():
+    return {"w_shape": [256, 512], "parameters": 3 * (256 * 512 + 512), "weights_shape": (1, 10, 10),
+            "output_shape": (1, 10, 512)}
+
+
+def _numbers_weights_per_feature():
+    return {"w_shape": (256, 512), "parameters": 393216, "weights_shape": (1, 10, 512), "output_shape": (1, 10, 512)}
+
+
+def _numbers_as_list():
+    return [(256, 512), 393216]
+
+
+def _scale_sqrt_d_k(variance, d_k):
+    return math.sqrt(d_k)
+
+
+def _scale_sqrt_variance_d_k(variance, d_k):
+    return math.sqrt(variance * d_k)
+
+
+def _scale_no_root(variance, d_k):
+    return variance**2 * d_k
+
+
+def _scale_as_text(variance, d_k):
+    return str(variance * math.sqrt(d_k))
+
+
+def _attention_detached(q, k, v):
+    return tuple(t.detach() for t in _torch_attention(q, k, v))
+
+
+def _attention_in_numpy(q, k, v):
+    return _attention()(q, k, v)
+
+
 CHAPTER_2 = [
     ("scalar_self_attention", _scalar(axis=0), "wrong axis"),
     ("scalar_self_attention", _scalar("q q"), "query by a query"),
@@ -173,17 +215,14 @@ CHAPTER_2 = [
     ("SelfAttention_keras", _self_attention_keras(shared=True), "same Dense layer"),
     ("SelfAttention_keras", _self_attention_keras(scale="d_in"), r"sqrt\(d_in\)"),
     # issue 13: graded questions, find-the-bug, stretch
-    ("self_attention_numbers", lambda: {"w_shape": (512, 256), "parameters": 393216, "weights_shape": (1, 10, 10),
-                                        "output_shape": (1, 10, 512)}, r"\(out, in\)"),
-    ("self_attention_numbers", lambda: {"w_shape": [256, 512], "parameters": 3 * (256 * 512 + 512),
-                                        "weights_shape": (1, 10, 10), "output_shape": (1, 10, 512)}, "no bias"),
-    ("self_attention_numbers", lambda: {"w_shape": (256, 512), "parameters": 393216, "weights_shape": (1, 10, 512),
-                                        "output_shape": (1, 10, 512)}, "one column per key"),
-    ("self_attention_numbers", lambda: [(256, 512), 393216], "return a dict"),
-    ("scale_for_variance", lambda variance, d_k: math.sqrt(d_k), "not sqrt\\(d_k\\) alone"),
-    ("scale_for_variance", lambda variance, d_k: math.sqrt(variance * d_k), r"variance\*\*2"),
-    ("scale_for_variance", lambda variance, d_k: variance**2 * d_k, "standard deviation"),
-    ("scale_for_variance", lambda variance, d_k: str(variance * math.sqrt(d_k)), "return a number"),
+    ("self_attention_numbers", _numbers_w_transposed, r"\(out, in\)"),
+    ("self_attention_numbers", _numbers_with_bias, "no bias"),
+    ("self_attention_numbers", _numbers_weights_per_feature, "one column per key"),
+    ("self_attention_numbers", _numbers_as_list, "return a dict"),
+    ("scale_for_variance", _scale_sqrt_d_k, "not sqrt\\(d_k\\) alone"),
+    ("scale_for_variance", _scale_sqrt_variance_d_k, r"variance\*\*2"),
+    ("scale_for_variance", _scale_no_root, "standard deviation"),
+    ("scale_for_variance", _scale_as_text, "return a number"),
     *[
         (f"fixed_attention_{track}", wrong, message)
         for track in ("torch", "keras")
@@ -194,9 +233,8 @@ CHAPTER_2 = [
             (_attention(values=False), "blends the keys"),
         ]
     ],
-    ("fixed_attention_torch", lambda q, k, v: tuple(t.detach() for t in
-                                                    _torch_attention(q, k, v)), "no gradient reaches"),
-    ("fixed_attention_keras", lambda q, k, v: _attention()(q, k, v), "Keras tensor"),
+    ("fixed_attention_torch", _attention_detached, "no gradient reaches"),
+    ("fixed_attention_keras", _attention_in_numpy, "Keras tensor"),
     ("additive_attention", _additive(axis=0), "over the keys"),
     ("additive_attention", _additive(tanh=False), "through tanh"),
     ("additive_attention", _additive(scale=True), "no scaling"),
@@ -315,6 +353,10 @@ def _gqa(kind):
     return grouped_query_attention
 
 
+def _counts_as_list():
+    return [786_432, 1_048_576]
+
+
 CHAPTER_3 = [
     *[
         (f"split_heads_{track}", _split(kind), message)
@@ -364,7 +406,7 @@ CHAPTER_3 = [
     ("head_parameter_counts", _counts(with_output_projection=1_048_576 + 4 * 512), "no bias"),
     ("head_parameter_counts", _counts(summed=3 * 512 * 512), "each of the 8 heads"),
     ("head_parameter_counts", _counts(summed_output_width=4096), "keeps the width of one head"),
-    ("head_parameter_counts", lambda: [786_432, 1_048_576], "return a dict"),
+    ("head_parameter_counts", _counts_as_list, "return a dict"),
     ("grouped_query_attention", _gqa("tile"), r"np\.repeat"),
     ("grouped_query_attention", _gqa("unscaled"), r"sqrt\(d_head\)"),
     ("grouped_query_attention", _gqa("list"), "NumPy arrays"),
@@ -526,6 +568,14 @@ def _packed(kind):
     return packed_causal_mask
 
 
+def _masked_detached(q, k, v, m):
+    return tuple(t.detach() for t in _masked_torch()(q, k, v, m))
+
+
+def _masking_answers_as_tuple():
+    return ("source", -65504.0)
+
+
 CHAPTER_4 = [
     *[
         (f"padding_mask_{track}", _padding(kind), message)
@@ -576,8 +626,7 @@ CHAPTER_4 = [
     ("fixed_masked_attention_torch", _masked_torch(fill="-inf"), "NaN"),
     ("fixed_masked_attention_torch", _masked_torch(where="after"), "after the softmax"),
     ("fixed_masked_attention_torch", _masked_torch(scale=False), "scale is missing"),
-    ("fixed_masked_attention_torch", lambda q, k, v, m: tuple(t.detach() for t in _masked_torch()(q, k, v, m)),
-     "no gradient reaches"),
+    ("fixed_masked_attention_torch", _masked_detached, "no gradient reaches"),
     ("fixed_masked_attention_keras", _masked_numpy("after"), "after the softmax"),                 # the bug
     ("fixed_masked_attention_keras", _masked_keras(fill="-inf"), "NaN"),
     ("fixed_masked_attention_keras", _masked_keras(fill="-1e9"), "most negative finite value"),
@@ -587,7 +636,7 @@ CHAPTER_4 = [
     ("masking_answers", _answers(minus_1e9_in_float16=-65504.0), "rounds to -inf"),
     ("masking_answers", _answers(weight_on_zero_filled_key=0.0), r"exp\(0\) = 1"),
     ("masking_answers", _answers(weight_on_zero_filled_key="0.25"), "is a number"),
-    ("masking_answers", lambda: ("source", -65504.0), "return a dict"),
+    ("masking_answers", _masking_answers_as_tuple, "return a dict"),
     ("torch_style_masks", _torch_style("course"), "BLOCKED positions with True"),
     ("torch_style_masks", _torch_style("memory from target"), "not the target's"),
     ("torch_style_masks", _torch_style("diagonal"), "diagonal"),

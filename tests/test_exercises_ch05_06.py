@@ -219,12 +219,39 @@ def _outcome(kind):
     return learned_table_outcome
 
 
+def _freq_as_list():
+    def angular_frequencies(d_model):
+        return _freq()(d_model).tolist()
+
+    return angular_frequencies
+
+
+def _hits(kind):
+    """A factory (the table holds factories) of a wrong dropout_hit_fraction."""
+
+    def make_wrong():
+        def dropout_hit_fraction(rate, layers):
+            if kind == "sum":
+                return rate * layers
+            if kind == "survives":
+                return (1 - rate) ** layers
+            if kind == "one":
+                return rate
+            if kind == "text":
+                return f"{1 - (1 - rate) ** layers:.2f}"
+            return 0.47
+
+        return dropout_hit_fraction
+
+    return make_wrong
+
+
 CH05_MISTAKES += [
     ("angular_frequencies", lambda: _freq(power=1), "i / d_model"),
     ("angular_frequencies", lambda: _freq(sign=1), "sign of the exponent is flipped"),
     ("angular_frequencies", lambda: _freq(per_column=True), "one per column"),
     ("angular_frequencies", lambda: _freq(wavelength=True), "wavelengths"),
-    ("angular_frequencies", lambda: (lambda d: _freq()(d).tolist()), "NumPy array"),
+    ("angular_frequencies", _freq_as_list, "NumPy array"),
     ("add_positions_torch", lambda: _add_positions_torch(power=1), "still i / d_model"),
     ("add_positions_torch", lambda: _add_positions_torch(add=False), "encoding replaced x"),
     ("add_positions_torch", lambda: _add_positions_torch(start=1), "positions start at 1"),
@@ -398,11 +425,11 @@ CH06_MISTAKES += [
     ("layer_norm_input_grad", lambda: _ln_grad("no_variance_term"), "variance's dependence"),
     ("layer_norm_input_grad", lambda: _ln_grad("no_mean_term"), "mean's dependence"),
     ("layer_norm_input_grad", lambda: _ln_grad("no_gamma"), "gamma is missing"),
-    ("dropout_hit_fraction", lambda: (lambda rate, layers: rate * layers), "adds the probabilities"),
-    ("dropout_hit_fraction", lambda: (lambda rate, layers: (1 - rate) ** layers), "survives every block"),
-    ("dropout_hit_fraction", lambda: (lambda rate, layers: rate), "one block"),
-    ("dropout_hit_fraction", lambda: (lambda rate, layers: f"{1 - (1 - rate) ** layers:.2f}"), "a number"),
-    ("dropout_hit_fraction", lambda: (lambda rate, layers: 0.47), "differs|should be"),
+    ("dropout_hit_fraction", _hits("sum"), "adds the probabilities"),
+    ("dropout_hit_fraction", _hits("survives"), "survives every block"),
+    ("dropout_hit_fraction", _hits("one"), "one block"),
+    ("dropout_hit_fraction", _hits("text"), "a number"),
+    ("dropout_hit_fraction", _hits("constant"), "differs|should be"),
 ]
 
 

@@ -26,6 +26,8 @@ import textwrap
 import types
 from typing import Any
 
+import numpy as np
+
 #: Packages the rendered code may import: what a student's process has.
 IMPORTABLE = ("numpy", "torch", "keras", "tensorflow", "math", "itertools", "functools", "collections", "re")
 
@@ -172,6 +174,14 @@ class Renderer:
                 raise NotRenderable(f"{where}: module {value.__name__} is not available to a student")
             self._import(f"import {value.__name__}")
             return value.__name__
+        if isinstance(value, dict):
+            pairs = [f"{self.expression(k, where)}: {self.expression(v, where)}" for k, v in value.items()]
+            return "{" + ", ".join(pairs) + "}"
+        if isinstance(value, type) and value.__module__ == "numpy" or isinstance(value, np.generic):
+            self._import("import numpy")
+            if isinstance(value, type):
+                return f"numpy.{value.__name__}"
+            return f"numpy.{type(value).__name__}({self.expression(value.item(), where)})"
         if isinstance(value, types.FunctionType | type):
             name = self.definition(value)
             return name if "<locals>" not in value.__qualname__ else f"{name}()"
