@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from model_helpers import as_numpy, randomize_norms
 
 from companion import reference
 from companion.convert import copy_weights
@@ -23,17 +23,6 @@ TIE = pytest.mark.parametrize("tie_weights", [True, False], ids=["tied", "untied
 IDS = np.random.default_rng(0).integers(0, VOCAB, size=(3, 7))
 
 
-def as_numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else keras.ops.convert_to_numpy(x)
-
-
-def randomize_norms(module: nn.Module, seed: int = 0) -> None:
-    """Non-trivial LayerNorm scales and shifts, so a misplaced or missing norm shows up in the logits."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for norm in (m for m in module.modules() if isinstance(m, nn.LayerNorm)):
-            norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
-            norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
 
 
 def gpt_pair(tie_weights: bool = True, seed: int = 0):

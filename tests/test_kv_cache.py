@@ -2,10 +2,10 @@
 Keras, for multi-head attention, GPT and the encoder-decoder Transformer (greedy decoding and beam search); the
 cross-attention keys and values are computed once per sentence."""
 
-import keras
 import numpy as np
 import pytest
 import torch
+from model_helpers import as_numpy, randomize_norms
 from torch import nn
 
 from companion.convert import copy_weights
@@ -27,16 +27,6 @@ VOCAB, MAX_LEN = 19, 24
 BOS, EOS, PAD = 1, 2, 0
 
 
-def as_numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else keras.ops.convert_to_numpy(x)
-
-
-def randomize_norms(module: nn.Module, seed: int = 0) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for norm in (m for m in module.modules() if isinstance(m, nn.LayerNorm)):
-            norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
-            norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from keras_backends import keras_grad
+from model_helpers import as_numpy, randomize_norms
 from torch import nn
 
 from companion import reference
@@ -37,17 +38,6 @@ def random_x(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
 
 
-def as_numpy(x) -> np.ndarray:
-    return x.detach().numpy() if isinstance(x, torch.Tensor) else keras.ops.convert_to_numpy(x)
-
-
-def randomize_norms(module: nn.Module, seed: int = 0) -> None:
-    """Give every LayerNorm non-trivial gamma and beta, so a misplaced or missing norm cannot go unnoticed."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for norm in (m for m in module.modules() if isinstance(m, nn.LayerNorm)):
-            norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
-            norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
 
 
 def keras_twin(torch_module: nn.Module, keras_layer, *inputs, **kwargs):
