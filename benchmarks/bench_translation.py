@@ -8,13 +8,19 @@ sentence; ``numbers``: numbers never seen in training), the mean exact match, it
 seeds) and the mean BLEU. Settings:
 
 * ``greedy``: the chapter's model, batched greedy decoding;
-* ``beam4``: the same model, beam search with 4 beams and length normalization (alpha 0.6, as in the paper);
+* ``beam2``, ``beam4``, ``beam8``: the same model, beam search with 2, 4 or 8 beams and length normalization
+  (alpha 0.6, as in the paper);
 * ``beam4-raw``: the same model, 4 beams, no length normalization (alpha 0);
-* ``shared``: the same recipe with one joint vocabulary and ``shared_embeddings=True``, greedy;
+* ``no-smoothing``: the same recipe with label smoothing 0 instead of 0.1, greedy;
+* ``pre-LN``: the same recipe with pre-LN layers (``norm_first=True``) instead of post-LN, greedy;
+* ``shared``: the same recipe with one joint vocabulary and ``shared_embeddings=True`` (tied embeddings), greedy;
 * ``no-positions``: the same recipe with the positional encoding replaced by dropout alone, greedy.
+
+``--variants`` trains only some of the models (``greedy`` is the one the beam settings decode with).
 
     python benchmarks/bench_translation.py                          # both frameworks, 3 seeds, 10 epochs
     python benchmarks/bench_translation.py --framework torch --epochs 5 --seeds 0
+    python benchmarks/bench_translation.py --variants no-smoothing pre-LN --epochs 1 --seeds 0   # a quick look
     COMPANION_DEVICE=cpu python benchmarks/bench_translation.py     # force the CPU on a GPU machine
 
 Training times are printed too (they depend on what else the machine does: the load average is shown).
@@ -41,7 +47,10 @@ from companion import data, training  # noqa: E402
 MODEL = dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=32, dropout=0.1)
 RECIPE = dict(warmup_steps=200, factor=0.5, smoothing=0.1)
 SPLITS = ("test", "longer", "numbers")
-SETTINGS = ("greedy", "beam4", "beam4-raw", "shared", "no-positions")
+VARIANTS = ("greedy", "no-smoothing", "pre-LN", "shared", "no-positions")  # one trained model each
+BEAMS = {"beam2": dict(beam_size=2), "beam4": dict(beam_size=4), "beam8": dict(beam_size=8),
+         "beam4-raw": dict(beam_size=4, length_penalty=0.0)}            # decodings of the ``greedy`` model
+SETTINGS = ("greedy", *BEAMS, *VARIANTS[1:])
 
 
 def load() -> str:
@@ -58,7 +67,7 @@ def train(framework: str, corpus: data.HeldOutSplits, variant: str, epochs: int,
     else:
         src_vocab, tgt_vocab = data.build_vocabularies(corpus.train)
     train_src, train_tgt = data.encode_pairs(corpus.train, src_vocab, tgt_vocab)
-    config = dict(MODEL, shared_embeddings=variant == "shared")
+    config = dict(MODEL, shared_embeddings=variant == "shared", norm_first=variant == "pre-LN")
     if framework == "torch":
         import companion.torch as ct
         from companion.torch import training as framework_training
@@ -77,7 +86,8 @@ def train(framework: str, corpus: data.HeldOutSplits, variant: str, epochs: int,
         model = ck.Transformer(len(src_vocab), len(tgt_vocab), **config)
         if variant == "no-positions":
             model.positional = keras.layers.Dropout(MODEL["dropout"])
-    trainer = framework_training.Trainer(model, **RECIPE)
+    recipe = dict(RECIPE, smoothing=0.0) if variant == "no-smoothing" else RECIPE
+    trainer = framework_training.Trainer(model, **recipe)
     history = trainer.fit(train_src, train_tgt, epochs=epochs, batch_size=100, seed=seed, progress=False)
     return model, src_vocab, tgt_vocab, framework_training, history["seconds"][0]
 
@@ -93,17 +103,17 @@ def scores(framework_training, model, src_vocab, tgt_vocab, corpus, **decoding) 
     return out
 
 
-def run_seed(framework: str, corpus, epochs: int, seed: int) -> dict[str, dict[str, tuple[float, float]]]:
+def run_seed(framework: str, corpus, epochs: int, seed: int,
+             variants: tuple[str, ...] = VARIANTS) -> dict[str, dict[str, tuple[float, float]]]:
     """{setting: {split: (exact match, BLEU)}} for one framework and one seed."""
     results = {}
-    for variant in ("greedy", "shared", "no-positions"):
+    for variant in variants:
         model, src_vocab, tgt_vocab, framework_training, seconds = train(framework, corpus, variant, epochs, seed)
         print(f"  [{framework} seed {seed}] {variant}: trained in {seconds:.0f} s (load {load()})", flush=True)
         results[variant] = scores(framework_training, model, src_vocab, tgt_vocab, corpus)
         if variant == "greedy":
-            results["beam4"] = scores(framework_training, model, src_vocab, tgt_vocab, corpus, beam_size=4)
-            results["beam4-raw"] = scores(framework_training, model, src_vocab, tgt_vocab, corpus, beam_size=4,
-                                          length_penalty=0.0)
+            for setting, decoding in BEAMS.items():
+                results[setting] = scores(framework_training, model, src_vocab, tgt_vocab, corpus, **decoding)
     return results
 
 
@@ -111,7 +121,7 @@ def table(framework: str, per_seed: list[dict]) -> str:
     """Mean exact match (spread over seeds) and mean BLEU, one row per setting, one column group per split."""
     lines = [f"{framework}: exact match % mean (max - min over {len(per_seed)} seeds) / BLEU mean",
              f"{'setting':14}" + "".join(f"{split:>24}" for split in SPLITS)]
-    for setting in SETTINGS:
+    for setting in (s for s in SETTINGS if s in per_seed[0]):
         cells = []
         for split in SPLITS:
             em = np.array([r[setting][split][0] for r in per_seed]) * 100
@@ -126,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--framework", choices=["both", "torch", "keras"], default="both")
     parser.add_argument("--epochs", type=int, default=10, help="passes over the 6000 pairs (5 in the chapter)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        help="which models to train (all by default)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -138,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for framework in frameworks:
         per_seed = []
         for seed in args.seeds:  # the table so far after every seed, so that a long run reports as it goes
-            per_seed.append(run_seed(framework, corpus, args.epochs, seed))
+            per_seed.append(run_seed(framework, corpus, args.epochs, seed, tuple(args.variants)))
             print("\n" + table(framework, per_seed) + "\n", flush=True)
     print(f"total {time.perf_counter() - start:.0f} s; load average {load()}")
     return 0
