@@ -488,23 +488,29 @@ def _masked_numpy(kind):
 
 
 def _three_masks(kind):
-    def transformer_masks(src_ids, tgt_ids, pad_id=0):
-        src = (src_ids != pad_id)[:, None, None, :]
-        tgt = (tgt_ids != pad_id)[:, None, None, :]
-        n = tgt_ids.shape[1]
-        causal = np.tril(np.ones((n, n), dtype=bool))[None, None]
+    def transformer_masks(src_lengths, tgt_lengths, src_len, tgt_len, padding_side="right"):
+        side = ("left" if padding_side == "right" else "right") if kind == "side ignored" else padding_side
+        side = "right" if kind == "right only" else side  # ignores padding_side
+        extra = 1 if kind == "off by one" else 0
+
+        def real(lengths, n):
+            positions = np.arange(n)[None, :]
+            counted = lengths[:, None] + extra
+            return positions >= n - counted if side == "left" else positions < counted
+
+        src, tgt = real(src_lengths, src_len)[:, None, None, :], real(tgt_lengths, tgt_len)[:, None, None, :]
+        causal = np.tril(np.ones((tgt_len, tgt_len), dtype=bool))[None, None]
         encoder, decoder, cross = src, tgt & causal, src
         if kind == "cross from target":
             cross = tgt
         elif kind == "no causal":
             decoder = tgt
         elif kind == "no target padding":
-            decoder = np.broadcast_to(causal, (tgt_ids.shape[0], 1, n, n))
+            decoder = np.broadcast_to(causal, (len(tgt_lengths), 1, tgt_len, tgt_len))
         elif kind == "or":
             decoder = tgt | causal
         elif kind == "causal encoder":
-            m = src_ids.shape[1]
-            encoder = src & np.tril(np.ones((m, m), dtype=bool))[None, None]
+            encoder = src & np.tril(np.ones((src_len, src_len), dtype=bool))[None, None]
         return encoder, decoder, cross
 
     return transformer_masks
@@ -610,10 +616,13 @@ CHAPTER_4 = [
     ("masked_attention_keras", _masked_numpy("inverted"), "inverted"),
     ("masked_attention_keras", _masked_numpy("after"), "after the softmax"),
     ("transformer_masks", _three_masks("cross from target"), "not the target's"),
-    ("transformer_masks", _three_masks("no causal"), "lacks the causal part"),
-    ("transformer_masks", _three_masks("no target padding"), "lacks the target padding mask"),
-    ("transformer_masks", _three_masks("or"), r"\(AND\)"),
+    ("transformer_masks", _three_masks("no causal"), "comes after it"),
+    ("transformer_masks", _three_masks("no target padding"), "only to REAL tokens"),
+    ("transformer_masks", _three_masks("or"), "with OR"),
     ("transformer_masks", _three_masks("causal encoder"), "no causal"),
+    ("transformer_masks", _three_masks("side ignored"), "the padding comes (first|last)"),
+    ("transformer_masks", _three_masks("off by one"), "exactly n True positions"),
+    ("transformer_masks", _three_masks("right only"), "LAST length positions"),
     # issue 13: the variants of exercises 1 and 2, find-the-bug, graded answers, torch's convention, a stretch
     *[(f"padding_mask_{track}", _padding_first_id, "every id in it is blocked") for track in ("torch", "keras")],
     *[

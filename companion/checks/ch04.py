@@ -265,55 +265,72 @@ def check_masked_attention_keras(masked_attention_keras) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@exercise(CHAPTER, "transformer_masks", "encoder, decoder self- and cross-attention masks from source and target ids")
+def _real_tokens(lengths: np.ndarray, padded_len: int, side: str) -> np.ndarray:
+    """(batch, padded_len): True at the real tokens of sentences padded on ``side``."""
+    positions = np.arange(padded_len)[None, :]
+    return positions >= padded_len - lengths[:, None] if side == "left" else positions < lengths[:, None]
+
+
+def _length_masks(src_lengths: np.ndarray, tgt_lengths: np.ndarray, src_len: int, tgt_len: int, side: str,
+                  extra: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Source and target padding masks, (batch, 1, 1, len); ``extra`` counts padding positions as real (a mistake)."""
+    return (_real_tokens(src_lengths + extra, src_len, side)[:, None, None, :],
+            _real_tokens(tgt_lengths + extra, tgt_len, side)[:, None, None, :])
+
+
+@exercise(CHAPTER, "transformer_masks", "encoder, decoder self- and cross-attention masks from sentence lengths")
 def check_transformer_masks(transformer_masks) -> None:
     generator = rng(42)
-    for batch, src_len, tgt_len, pad_id in [(2, 6, 4, 0), (3, 5, 5, 0), (2, 3, 7, 2)]:
-        src = _ids_batch(generator, batch, src_len, pad_id)
-        tgt = _ids_batch(generator, batch, tgt_len, pad_id)
-        src_pad, tgt_pad = reference.padding_mask(src, pad_id), reference.padding_mask(tgt, pad_id)
+    for batch, src_len, tgt_len, side in [(2, 6, 4, "right"), (3, 5, 5, "right"), (2, 3, 7, "left"),
+                                          (3, 5, 5, "left")]:
+        src_lengths = generator.integers(1, src_len + 1, size=batch)
+        tgt_lengths = generator.integers(1, tgt_len + 1, size=batch)
+        src_lengths[0], tgt_lengths[-1] = src_len, tgt_len  # a row without padding on each side
+        src_lengths[-1] = min(src_lengths[-1], src_len - 2)  # and one with two or more padding positions
+        tgt_lengths[0] = min(tgt_lengths[0], tgt_len - 2)
+
+        lengths = (src_lengths, tgt_lengths, src_len, tgt_len)
+        src_pad, tgt_pad = _length_masks(*lengths, side)
+        src_flip, tgt_flip = _length_masks(*lengths, "right" if side == "left" else "left")
+        src_off, tgt_off = _length_masks(*lengths, side, extra=1)
         causal = reference.causal_mask(tgt_len)
-        what = f"transformer_masks(src_ids {src.shape}, tgt_ids {tgt.shape}, pad_id={pad_id})"
-        answer = call(transformer_masks, src.copy(), tgt.copy(), pad_id=pad_id)
+        what = (f"transformer_masks(src_lengths {src_lengths.tolist()}, tgt_lengths {tgt_lengths.tolist()}, "
+                f"src_len={src_len}, tgt_len={tgt_len}, padding_side={side!r})")
+        answer = call(transformer_masks, src_lengths.copy(), tgt_lengths.copy(), src_len, tgt_len, padding_side=side)
         if not isinstance(answer, tuple | list) or len(answer) != 3:
-            raise CheckFailed(f"{what} should return three masks (encoder, decoder_self, cross)")
+            raise CheckFailed(f"the text says: {what} returns a tuple of three masks (encoder, decoder "
+                              "self-attention, cross-attention)")
         encoder, decoder_self, cross = (to_numpy(a) for a in answer)
-        expect_equal(
-            encoder,
-            src_pad,
-            f"the encoder mask of {what}",
-            mistakes={
-                "the encoder may look at the whole source: its mask is the source padding mask, with no causal "
-                "part": np.logical_and(src_pad, reference.causal_mask(src_len)),
-                INVERTED: ~src_pad,
-                "the encoder's keys are source positions: use the source padding mask": tgt_pad,
-            },
-        )
-        expect_equal(
-            decoder_self,
-            np.logical_and(tgt_pad, causal),
-            f"the decoder self-attention mask of {what}",
-            mistakes={
-                "the decoder self-attention mask lacks the causal part: combine the target padding mask with "
-                "causal_mask(tgt_len)": tgt_pad,
-                "the decoder self-attention mask lacks the target padding mask: combine it with the causal "
-                "mask": np.broadcast_to(causal, (batch, 1, tgt_len, tgt_len)),
-                "the decoder self-attention mask was combined with OR; both conditions must hold (AND)": np.logical_or(
-                    tgt_pad, causal
-                ),
-            },
-        )
-        expect_equal(
-            cross,
-            src_pad,
-            f"the cross-attention mask of {what}",
-            mistakes={
-                "cross-attention's keys are the encoder's outputs, one per source position: use the source padding "
-                "mask, not the target's": tgt_pad,
-                "cross-attention needs no causal part (the whole source is known), and its keys are source "
-                "positions: use the source padding mask": np.logical_and(tgt_pad, causal),
-            },
-        )
+        where = "first, so the real tokens are the LAST" if side == "left" else "last, so the real tokens are the FIRST"
+        sides = f"the text says: with padding_side={side!r} the padding comes {where} length positions"
+        counting = ("the text says: the lengths count the real tokens, so a sentence of length n has exactly n "
+                    "True positions (compare positions with <, not <=)")
+        expect_equal(encoder, src_pad, f"the encoder mask of {what}", mistakes={
+            sides: src_flip,
+            counting: src_off,
+            "the encoder may look at the whole source: its mask is the source padding mask, with no causal "
+            "part": np.logical_and(src_pad, reference.causal_mask(src_len)),
+            INVERTED: ~src_pad,
+            "the encoder's keys are source positions: build its mask from src_lengths": tgt_pad,
+        })
+        expect_equal(decoder_self, np.logical_and(tgt_pad, causal), f"the decoder self-attention mask of {what}",
+                     mistakes={
+            sides: np.logical_and(tgt_flip, causal),
+            counting: np.logical_and(tgt_off, causal),
+            "the text says: a query may not attend to a key that comes after it; combine the target padding mask "
+            "with the causal mask": tgt_pad,
+            "the text says: a query may attend only to REAL tokens; combine the causal mask with the target padding "
+            "mask": np.broadcast_to(causal, (batch, 1, tgt_len, tgt_len)),
+            "the text says: a key must be real AND not after the query; you combined the two conditions with "
+            "OR": np.logical_or(tgt_pad, causal),
+        })
+        expect_equal(cross, src_pad, f"the cross-attention mask of {what}", mistakes={
+            "cross-attention's keys are the encoder's outputs, one per source position: use the source padding "
+            "mask, not the target's": tgt_pad,
+            "cross-attention needs no causal part (the whole source is known), and its keys are source "
+            "positions: use the source padding mask": np.logical_and(tgt_pad, causal),
+            sides: src_flip,
+        })
         for mask, role in ((encoder, "encoder"), (decoder_self, "decoder self-attention"), (cross, "cross-attention")):
             _expect_bool(mask, f"the {role} mask of {what}")
 
