@@ -186,20 +186,20 @@ def _gradient_scaled(ids, upstream, vocab_size):
 @pytest.mark.parametrize(
     "exercise_id, wrong, message",
     [
-        ("build_vocabulary", _vocab_from_zero, "0 is reserved for PAD"),
-        ("build_vocabulary", _vocab_sorted, "order of first appearance"),
+        ("build_vocabulary", _vocab_from_zero, "ids start at 1; 0 stays free for PAD"),
+        ("build_vocabulary", _vocab_sorted, "order in which words first appear"),
         ("build_vocabulary", _vocab_every_word, "repeated word got a new id"),
-        ("pad_batch", _pad_left, "padding went on the left"),
-        ("pad_batch", _truncate_end, "lost their beginning"),
-        ("pad_batch", _pad_with_zero, "padding is always 0"),
+        ("pad_batch", _pad_left, "yours went on the left"),
+        ("pad_batch", _truncate_end, "yours kept the end"),
+        ("pad_batch", _pad_with_zero, "yours always fills with 0"),
         ("one_hot_batch", _one_hot_short, "one position short"),
         ("one_hot_batch", _one_hot_first, "one-hot axis goes last"),
         ("one_hot_batch", _one_hot_clipped, "one position short"),
         ("embed_torch", _embed_unscaled, "sqrt"),
-        ("embed_torch", _embed_divided, "divided by sqrt"),
+        ("embed_torch", _embed_divided, "MULTIPLIED by sqrt\\(d_model\\); you divided"),
         ("embed_torch", _embed_detached, "no gradient reaches argument 2"),
         ("embed_keras", _embed_keras("none"), "sqrt"),
-        ("embed_keras", _embed_keras("divide"), "divided by sqrt"),
+        ("embed_keras", _embed_keras("divide"), "MULTIPLIED by sqrt\\(d_model\\); you divided"),
         ("embed_keras", _embed_keras(stop=True), "no gradient reaches argument 2.*stop_gradient"),
         # issue 13: a graded question, find-the-bug in both tracks, a stretch
         ("one_hot_answers", _answers_forgot_pad, "AND PAD"),
@@ -207,9 +207,9 @@ def _gradient_scaled(ids, upstream, vocab_size):
         ("one_hot_answers", _answers_as_tuple, "return a dict"),
         ("fixed_embed_torch", _embed_inferred_classes, "num_classes=vocab_size"),   # the bug as handed out
         ("fixed_embed_torch", _embed_unscaled, "sqrt"),
-        ("fixed_embed_torch", _embed_divided_numpy, "multiply instead"),
+        ("fixed_embed_torch", _embed_divided_numpy, "you divided"),
         ("fixed_embed_torch", _embed_detached, "no gradient reaches"),
-        ("fixed_embed_keras", _embed_divided_numpy, "multiply instead"),                 # the bug as handed out
+        ("fixed_embed_keras", _embed_divided_numpy, "you divided"),                 # the bug as handed out
         ("fixed_embed_keras", _embed_numpy_unscaled, "sqrt"),
         ("fixed_embed_keras", _embed_numpy, "Keras tensor"),
         ("embedding_gradient", _gradient_overwritten, "SUM of its upstream"),

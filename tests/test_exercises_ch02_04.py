@@ -191,9 +191,9 @@ CHAPTER_2 = [
     ("scalar_self_attention", _scalar(axis=0), "wrong axis"),
     ("scalar_self_attention", _scalar("q q"), "query by a query"),
     ("scalar_self_attention", _scalar(softmax=False), "not turned into probabilities"),
-    ("scalar_self_attention", _scalar("x x"), "project first"),
+    ("scalar_self_attention", _scalar("x x"), "the scores use x directly"),
     ("scalar_self_attention", _scalar(transpose_p=True), r"not P\.T @ v"),
-    ("scalar_self_attention", _scalar(blend_x=True), "blend the values"),
+    ("scalar_self_attention", _scalar(blend_x=True), "blends the inputs x"),
     *[
         (f"attention_{track}", _attention(**kwargs), message)
         for track in ("torch", "keras")
@@ -210,7 +210,7 @@ CHAPTER_2 = [
     ("SelfAttention_torch", _self_attention_torch(shared=True), "same nn.Linear"),
     ("SelfAttention_torch", _self_attention_torch(scale="none"), "scale is missing"),
     ("SelfAttention_torch", _self_attention_torch(scale="d_in"), r"sqrt\(d_in\)"),
-    ("SelfAttention_keras", _self_attention_keras(width="d_in"), "must output d_out"),
+    ("SelfAttention_keras", _self_attention_keras(width="d_in"), "outputs 256 features: Dense\\(512\\)"),
     ("SelfAttention_keras", _self_attention_keras(bias=True), "use_bias=False"),
     ("SelfAttention_keras", _self_attention_keras(shared=True), "same Dense layer"),
     ("SelfAttention_keras", _self_attention_keras(scale="d_in"), r"sqrt\(d_in\)"),
@@ -222,7 +222,7 @@ CHAPTER_2 = [
     ("scale_for_variance", _scale_sqrt_d_k, "not sqrt\\(d_k\\) alone"),
     ("scale_for_variance", _scale_sqrt_variance_d_k, r"variance\*\*2"),
     ("scale_for_variance", _scale_no_root, "standard deviation"),
-    ("scale_for_variance", _scale_as_text, "return a number"),
+    ("scale_for_variance", _scale_as_text, "is a number; got str"),
     *[
         (f"fixed_attention_{track}", wrong, message)
         for track in ("torch", "keras")
@@ -388,9 +388,9 @@ CHAPTER_3 = [
             ({"output_projection": False}, "output projection is missing"),
         ]
     ],
-    ("summed_heads", _summed("concat"), "concatenated the heads"),
-    ("summed_heads", _summed("mean"), "averaged the heads"),
-    ("summed_heads", _summed("scale"), r"1/sqrt\(d_out\)"),
+    ("summed_heads", _summed("concat"), "you concatenated them"),
+    ("summed_heads", _summed("mean"), "you averaged them"),
+    ("summed_heads", _summed("scale"), r"divided by sqrt\(d_out\)"),
     # issue 13: find-the-bug, a graded question, a stretch
     *[
         (f"fixed_multi_head_attention_{track}", _mha(**kwargs), message)
@@ -402,9 +402,9 @@ CHAPTER_3 = [
             ({"axis": -2}, "wrong axis"),
         ]
     ],
-    ("head_parameter_counts", _counts(concatenated=8 * 3 * 512 * 512), "64 wide"),
+    ("head_parameter_counts", _counts(concatenated=8 * 3 * 512 * 512), "heads of width 64"),
     ("head_parameter_counts", _counts(with_output_projection=1_048_576 + 4 * 512), "no bias"),
-    ("head_parameter_counts", _counts(summed=3 * 512 * 512), "each of the 8 heads"),
+    ("head_parameter_counts", _counts(summed=3 * 512 * 512), "8 heads of width 512, each with Q, K and V"),
     ("head_parameter_counts", _counts(summed_output_width=4096), "keeps the width of one head"),
     ("head_parameter_counts", _counts_as_list, "return a dict"),
     ("grouped_query_attention", _gqa("tile"), r"np\.repeat"),
@@ -590,8 +590,8 @@ CHAPTER_4 = [
             ("inverted", "inverted"),
             ("2d", "singleton axes"),
             ("rows", "key columns"),
-            ("zero", "compare with pad_id"),
-            ("int", "should be boolean"),
+            ("zero", "you compared with 0"),
+            ("int", "a boolean mask, True = may attend"),
         ]
     ],
     *[
@@ -601,8 +601,8 @@ CHAPTER_4 = [
             ("inverted", "inverted"),
             ("strict", "off by one"),
             ("transposed", "transposed"),
-            ("2d", r"\(1, 1, length, length\)"),
-            ("float", "should be boolean"),
+            ("2d", "add the two singleton axes"),
+            ("float", "a boolean mask, True = may attend"),
         ]
     ],
     ("masked_attention_torch", _masked_torch(fill="-inf"), "NaN"),
@@ -655,7 +655,7 @@ CHAPTER_4 = [
     ("packed_causal_mask", _packed("no causal"), "no token sees a later one"),
     ("packed_causal_mask", _packed("pad keys"), "padding"),
     ("packed_causal_mask", _packed("3d"), r"\(batch, 1, length, length\)"),
-    ("packed_causal_mask", _packed("float"), "should be boolean"),
+    ("packed_causal_mask", _packed("float"), "a boolean mask, True = may attend"),
 ]
 
 

@@ -96,8 +96,8 @@ def _greedy_reencode(model, src_ids, bos_id, eos_id, max_len):
 
 
 MUTANTS = [
-    ("pad_batch", _pad_zero, "the padding is always 0: pad with the `pad_id` argument"),
-    ("pad_batch", _pad_list, "should return a NumPy array; got list"),
+    ("pad_batch", _pad_zero, "the text says: fill with `pad_id`; yours always fills with 0"),
+    ("pad_batch", _pad_list, "return a NumPy integer array; pad_batch\\(.*\\) returned list"),
     ("embed_torch", _as_numpy(CH1["embed_torch"]), "should be a torch.Tensor; got ndarray"),
     ("embed_keras", _as_numpy(CH1["embed_keras"]), "should be a Keras tensor"),
     ("attention_torch", _as_numpy(CH2["attention_torch"]), "should be a torch.Tensor; got ndarray"),
@@ -106,7 +106,7 @@ MUTANTS = [
     ("merge_heads_keras", _as_numpy(CH3["merge_heads_keras"]), "should be a Keras tensor"),
     ("multi_head_attention_torch", _mha_key_as_value, "projected from `key`"),
     ("multi_head_attention_keras", _as_numpy(CH3["multi_head_attention_keras"]), "should be a Keras tensor"),
-    ("padding_mask_torch", _padding_mask_ints, "should be boolean"),
+    ("padding_mask_torch", _padding_mask_ints, "a boolean mask, True = may attend"),
     ("padding_mask_keras", _as_numpy(CH4["padding_mask_keras"]), "should be a Keras tensor"),
     ("causal_mask_torch", _as_numpy(CH4["causal_mask_torch"]), "should be a torch.Tensor"),
     ("masked_attention_torch", _as_numpy(CH4["masked_attention_torch"]), "should be a torch.Tensor"),

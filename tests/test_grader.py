@@ -165,7 +165,7 @@ EXPECTED = {
     },
     "wrong_shape_dtype": {
         "build_vocabulary": (PASSED, "ok", ""),
-        "pad_batch": (FAILED, "wrong", r"integer ids; got dtype float64"),
+        "pad_batch": (FAILED, "wrong", r"INTEGER array; got dtype float64"),
         "one_hot_batch": (FAILED, "wrong", r"should have shape \(3, 5, 12\); got \(3, 5, 13\)"),
     },
     "nan_output": {
@@ -175,11 +175,11 @@ EXPECTED = {
     "print_flood": {name: (PASSED, "ok", "") for name in ("build_vocabulary", "pad_batch", "one_hot_batch")},
     "deleted_checks": {name: (PASSED, "ok", "") for name in ("build_vocabulary", "pad_batch", "one_hot_batch")},
     "redefined_check": {
-        "build_vocabulary": (FAILED, "wrong", r"Likely: ids start at 0, but 0 is reserved for PAD"),
-        "pad_batch": (FAILED, "wrong", r"Likely: the padding went on the left"),
+        "build_vocabulary": (FAILED, "wrong", r"Likely: the text says: ids start at 1; 0 stays free for PAD"),
+        "pad_batch": (FAILED, "wrong", r"Likely: the text says: short sequences are filled with pad_id on the RIGHT"),
     },
     "monkeypatched_companion": {
-        "build_vocabulary": (FAILED, "wrong", r"Likely: ids start at 0"),
+        "build_vocabulary": (FAILED, "wrong", r"Likely: the text says: ids start at 1"),
         "pad_batch": (FAILED, "missing", r"could not be loaded: .*NameError: name 'ch01' is not defined"),
         "one_hot_batch": (FAILED, "wrong", r"differs from the expected values"),
     },
@@ -288,21 +288,21 @@ MUTANTS = [
         for word in sentence.split():
             ids.setdefault(word, len(ids))
     return ids
-""", "0 is reserved for PAD"),
+""", "0 stays free for PAD"),
     ("pad_batch", "pad_left", """\
     rows = [[pad_id] * (length - len(ids[:length])) + list(ids[:length]) for ids in batch]
     return np.array(rows, dtype=np.int64)
-""", "the padding went on the left"),
+""", "yours went on the left"),
     ("pad_batch", "keep_end", """\
     rows = [list(ids[-length:]) + [pad_id] * (length - len(ids[-length:])) for ids in batch]
     return np.array(rows, dtype=np.int64)
-""", "lost their beginning"),
+""", "yours kept the end"),
     ("one_hot_batch", "depth_short", """\
     return np.eye(num_words, dtype=np.float32)[ids]
 """, "one position short"),
     ("embed_torch", "unscaled", """\
     return torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype) @ table
-""", "sqrt\\(d_model\\) factor is missing"),
+""", "as the Transformer does; the factor is missing"),
 ]
 _BLOCK = r"(def {symbol}\(.*?\n[ \t]*### BEGIN SOLUTION[^\n]*\n).*?(^[ \t]*### END SOLUTION)"
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from companion import text
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy, type_name
-from companion.checks.tracks import EMBEDDING_SHORTCUTS, expect_differentiable, expect_type
+from companion.checks.tracks import EMBEDDING_SHORTCUTS, expect_answer_dict, expect_differentiable, expect_type
 
 CHAPTER = "01_text_as_numbers"
 
@@ -24,17 +24,18 @@ def check_build_vocabulary(build_vocabulary) -> None:
         expected = {w: i for i, w in enumerate(dict.fromkeys(words), start=1)}
         answer = call(build_vocabulary, list(sentences))
         if not isinstance(answer, dict):
-            raise CheckFailed(f"build_vocabulary should return a dict word -> id; got {type(answer).__name__}")
+            raise CheckFailed(f"the text says: build_vocabulary returns a dictionary from each word to its id; got "
+                              f"{type(answer).__name__}")
         expect_equal(
             answer,
             expected,
             f"build_vocabulary({sentences!r})",
             mistakes={
-                "ids start at 0, but 0 is reserved for PAD: start at 1": {w: i - 1 for w, i in expected.items()},
-                "words are numbered in sorted order; number them in order of first appearance": {
+                "the text says: ids start at 1; 0 stays free for PAD": {w: i - 1 for w, i in expected.items()},
+                "the text says: ids follow the order in which words first appear; yours follow sorted order": {
                     w: i for i, w in enumerate(sorted(expected), start=1)
                 },
-                "a repeated word got a new id; keep the id of its first appearance": {
+                "the text says: a word's id is given when it FIRST appears; a repeated word got a new id": {
                     w: i for i, w in enumerate(words, start=1)
                 },
             },
@@ -65,21 +66,22 @@ def check_pad_batch(pad_batch) -> None:
             expected,
             what,
             mistakes={
-                "the padding went on the left; the course pads on the right": left,
-                "long sequences lost their beginning; truncate by keeping the first `length` ids": keep_end,
-                **({"the padding is always 0: pad with the `pad_id` argument": zero_fill} if fill else {}),
+                "the text says: short sequences are filled with pad_id on the RIGHT; yours went on the left": left,
+                "the text says: long ones keep their FIRST `length` ids; yours kept the end": keep_end,
+                **({"the text says: fill with `pad_id`; yours always fills with 0": zero_fill} if fill else {}),
             },
         )
         if not isinstance(result, np.ndarray):
-            raise CheckFailed(f"{what} should return a NumPy array; got {type_name(result)}")
+            raise CheckFailed(f"the text says: return a NumPy integer array; {what} returned {type_name(result)}")
         if not np.issubdtype(answer.dtype, np.integer):
-            raise CheckFailed(f"pad_batch should return integer ids; got dtype {answer.dtype}")
+            raise CheckFailed(f"the text says: return a NumPy INTEGER array; got dtype {answer.dtype}")
 
 
 @exercise(CHAPTER, "one_hot_batch", "ids (batch, length) of a vocabulary of n words -> (batch, length, n + 1)")
 def check_one_hot_batch(one_hot_batch) -> None:
     generator = rng(2)
-    hint = "the vectors are one position short: with n words and PAD the depth is n + 1"
+    hint = ("the text says: words are numbered 1 to num_words with 0 for PAD, so there are num_words + 1 ids and "
+            "the depth is num_words + 1; your vectors are one position short")
     for shape, num_words in [((3, 5), 11), ((2, 4), 6), ((1, 1), 2)]:
         ids = generator.integers(0, num_words + 1, size=shape)
         ids_without_largest = np.minimum(ids, num_words - 1)
@@ -103,8 +105,13 @@ def check_one_hot_batch(one_hot_batch) -> None:
             answer,
             expected,
             f"one_hot_batch(ids of shape {shape}, num_words={num_words})",
-            mistakes={"the axes are in the wrong order; the one-hot axis goes last": np.moveaxis(expected, -1, 0)},
+            mistakes={"the text says: the shape is (batch, seq_len, depth): the one-hot axis goes last":
+                      np.moveaxis(expected, -1, 0)},
         )
+
+
+SCALE_MISSING = "the text says: scale the result by sqrt(d_model), as the Transformer does; the factor is missing"
+SCALE_DIVIDED = "the text says: the result is MULTIPLIED by sqrt(d_model); you divided"
 
 
 def _embedding_cases(seed: int):
@@ -125,8 +132,8 @@ def _check_embedding(embed, to_framework, name: str, track: str = "numpy") -> No
             expected,
             f"{name}(ids of shape {ids.shape}, table of shape {table.shape})",
             mistakes={
-                "the sqrt(d_model) factor is missing": table[ids],
-                "you divided by sqrt(d_model); multiply instead": table[ids] / np.sqrt(d_model),
+                SCALE_MISSING: table[ids],
+                SCALE_DIVIDED: table[ids] / np.sqrt(d_model),
             },
         )
         expect_type(answer, track, f"the result of {name}", "float")
@@ -158,9 +165,8 @@ def check_embed_keras(embed_keras) -> None:
 
 @exercise(CHAPTER, "one_hot_answers", "graded: the one-hot length an 11-word vocabulary with PAD needs")
 def check_one_hot_answers(one_hot_answers) -> None:
-    answer = call(one_hot_answers)
-    if not isinstance(answer, dict) or {"positions_needed", "id_without_position"} - set(answer):
-        raise CheckFailed("the text says: return a dict with the keys 'positions_needed' and 'id_without_position'")
+    answer = expect_answer_dict(call(one_hot_answers), ("positions_needed", "id_without_position"),
+                                "one_hot_answers()")
     expect_equal(answer["positions_needed"], 12, "positions_needed", mistakes={
         "the text says: ids 1 to 11 AND PAD (0) each need a position": 11})
     expect_equal(answer["id_without_position"], 11, "id_without_position", mistakes={
@@ -183,8 +189,7 @@ def check_fixed_embed_torch(fixed_embed_torch) -> None:
     except CheckFailed as failure:
         raise CheckFailed(f"{failure}. Likely: {ONE_HOT_HINT}") from None
     expect_close(answer, table[ids] * 2.0, "fixed_embed_torch(ids whose largest id is 3, table (6, 4))", mistakes={
-        "the sqrt(d_model) factor is missing": table[ids],
-        "you divided by sqrt(d_model); multiply instead": table[ids] / 2.0})
+        SCALE_MISSING: table[ids], SCALE_DIVIDED: table[ids] / 2.0})
     _check_embedding(fixed_embed_torch, lambda i, t: (torch.as_tensor(i), torch.as_tensor(t)), "fixed_embed_torch",
                      "torch")
 

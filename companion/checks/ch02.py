@@ -14,12 +14,15 @@ from companion import reference
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng
 
 CHAPTER = "02_attention"
+ROW_SUMS = "the text says: row i of P (query i) sums to 1; the softmax ran over the wrong axis"
 
 
 from companion.checks.tracks import (  # noqa: E402, F401 - one home for the helpers; re-exported for old imports
     ATTENTION_SHORTCUTS,
     converter,
+    expect_answer_dict,
     expect_differentiable,
+    expect_number,
     expect_type,
     output_pair,
     to_keras,
@@ -49,19 +52,23 @@ def attention_variants(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nda
 
     variants = {
         None: finish(raw / np.sqrt(d_k)),
-        "the scale is missing: divide the scores q k^T by sqrt(d_k) before the softmax": finish(raw),
-        "the scores were divided by d_k; divide by its square root, sqrt(d_k)": finish(raw / d_k),
-        "softmax over the wrong axis: each row (one query) must sum to 1, so take the softmax over the keys "
-        "(the last axis)": finish(raw / np.sqrt(d_k), axis=-2),
+        "the text says: weights = softmax(q k^T / sqrt(d_k)); the scale is missing: divide the scores q k^T by "
+        "sqrt(d_k) before the softmax": finish(raw),
+        "the text says: divide by sqrt(d_k); the scores were divided by d_k, not by its square root": finish(raw / d_k),
+        "the text says: weights of shape (..., query_len, key_len), softmax over the keys; softmax over the wrong "
+        "axis: each row (one query) must sum to 1, so take the softmax over the keys (the last axis)":
+            finish(raw / np.sqrt(d_k), axis=-2),
     }
     if d_v != d_k:
-        variants["the scale uses d_v; it must use d_k, the width of the queries and keys"] = finish(raw / np.sqrt(d_v))
-        variants["the output blends the keys; it must blend the values (weights @ v)"] = finish(
+        variants["the text says: divide by sqrt(d_k); the scale uses d_v, but d_k is the width of the queries and "
+                 "keys"] = finish(raw / np.sqrt(d_v))
+        variants["the text says: output = weights v; the output blends the keys, not the values"] = finish(
             raw / np.sqrt(d_k), values=k
         )
     if mask is None:
         transposed = k @ np.swapaxes(q, -1, -2)  # (..., key_len, query_len)
-        variants["the scores are k q^T; compute q k^T so the weights are (query_len, key_len)"] = (
+        variants["the text says: the weights have shape (..., query_len, key_len); the scores are k q^T, compute "
+                 "q k^T"] = (
             None,
             softmax_axis(transposed / np.sqrt(d_k), -1),
         )
@@ -107,10 +114,12 @@ def check_scalar_self_attention(scalar_self_attention) -> None:
             weights,
             f"P of {name}",
             mistakes={
-                "softmax over the wrong axis: row i (query i) must sum to 1": reference.softmax(scores, axis=0),
-                "the scores multiply a query by a query; score(i, j) = q_i * k_j": reference.softmax(np.outer(q, q)),
-                "the scores were not turned into probabilities: apply a softmax to each row": scores,
-                "the scores use x directly; project first: q_i = x_i * w_q, k_j = x_j * w_k": reference.softmax(
+                ROW_SUMS: reference.softmax(scores, axis=0),
+                "the scores multiply a query by a query; as in the chapter, score(i, j) = q_i * k_j":
+                    reference.softmax(np.outer(q, q)),
+                "the text says: P is the matrix of attention WEIGHTS, each row summing to 1; the scores were not "
+                "turned into probabilities: apply a softmax to each row": scores,
+                "the text says: q_i = x_i * w_q and k_j = x_j * w_k; the scores use x directly": reference.softmax(
                     np.outer(x, x)
                 ),
             },
@@ -120,8 +129,9 @@ def check_scalar_self_attention(scalar_self_attention) -> None:
             weights @ v,
             f"h of {name}",
             mistakes={
-                "h_i mixes the values with row i of P: h = P @ v, not P.T @ v": weights.T @ v,
-                "h blends the inputs x; it must blend the values v_j = x_j * w_v": weights @ x,
+                "the text says: h holds the outputs, one per query: h_i mixes the values with row i of P, "
+                "h = P @ v, not P.T @ v": weights.T @ v,
+                "the text says: the values are v_j = x_j * w_v; h blends the inputs x instead": weights @ x,
             },
         )
     for n, m in [(4, 4), (3, 5), (4, 1), (1, 3)]:  # the variant of issue 13: cross-attention, keys and values from y
@@ -136,12 +146,12 @@ def check_scalar_self_attention(scalar_self_attention) -> None:
         expect_close(p, weights, f"P of {name}", mistakes={
             "the text says: with y, the keys come from y (k_j = y_j * w_k), the queries from x":
                 reference.softmax(np.outer(q, x * w_k)) if n == m else None,
-            "softmax over the wrong axis: row i (query i) must sum to 1": reference.softmax(scores, axis=0),
+            ROW_SUMS: reference.softmax(scores, axis=0),
         })
         expect_close(h, weights @ v, f"h of {name}", mistakes={
             "the text says: with y, the values come from y (v_j = y_j * w_v)":
                 weights @ (x * w_v) if n == m else None,
-            "the values are v_j = y_j * w_v, not the keys": weights @ (y * w_k),
+            "the text says: v_j = y_j * w_v; the values are not the keys": weights @ (y * w_k),
         })
 
 
@@ -228,14 +238,16 @@ def _layer_variants(x: np.ndarray, weights: list[np.ndarray]) -> dict:
         scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_in)
         p = reference.softmax(scores)
         variants[
-            "the scores were divided by sqrt(d_in), the input width; d_k is the width of the projected queries"
+            "the text says: divide by sqrt(d_k), where d_k = d_out is the width of the projected queries and keys "
+            "(not d_in); the scores were divided by sqrt(d_in), the input width"
         ] = (p @ v, p)
     return variants
 
 
 def _distinct(layers: list, what: str) -> None:
     if len({id(layer) for layer in layers}) < 3:
-        raise CheckFailed(f"wq, wk and wv are the same {what}: create three separate projections")
+        raise CheckFailed(f"the text says: three projections named wq, wk and wv; they are the same {what}: "
+                          "create three separate ones")
 
 
 @exercise(CHAPTER, "SelfAttention_torch", "self-attention layer with wq, wk, wv of d_in -> d_out, in PyTorch", "torch",
@@ -250,20 +262,22 @@ def check_self_attention_torch(SelfAttention_torch) -> None:  # noqa: N803 (the 
         for attribute in ("wq", "wk", "wv"):
             linear = getattr(layer, attribute, None)
             if not isinstance(linear, torch.nn.Linear):
-                raise CheckFailed(f"the layer needs an attribute {attribute} that is a torch.nn.Linear")
+                raise CheckFailed("the text says: three projections named wq, wk and wv, each a torch.nn.Linear; "
+                                  f"{attribute} is missing or is not one")
             projections.append(linear)
         _distinct(projections, "nn.Linear")
         for attribute, linear in zip(("wq", "wk", "wv"), projections, strict=True):
             shape = tuple(linear.weight.shape)
             if shape == (d_in, d_out) and d_in != d_out:
                 raise CheckFailed(
-                    f"{attribute} maps {d_out} -> {d_in} features: nn.Linear takes (in_features, out_features), "
-                    f"so write nn.Linear({d_in}, {d_out})"
+                    f"the text says: each projection maps d_in features to d_out; {attribute} maps {d_out} -> {d_in} "
+                    f"features: nn.Linear takes (in_features, out_features), so write nn.Linear({d_in}, {d_out})"
                 )
             if shape != (d_out, d_in):
-                raise CheckFailed(f"{attribute}.weight should have shape ({d_out}, {d_in}); got {shape}")
+                raise CheckFailed(f"the text says: each projection maps d_in to d_out features, so {attribute}.weight "
+                                  f"should have shape ({d_out}, {d_in}); got {shape}")
             if linear.bias is not None:
-                raise CheckFailed(f"{attribute} has a bias; the projections of this exercise have none (bias=False)")
+                raise CheckFailed(f"the text says: projections WITHOUT bias; {attribute} has one (use bias=False)")
         weights = _projection_weights(generator, d_in, d_out)
         with torch.no_grad():
             for linear, w in zip(projections, weights, strict=True):
@@ -288,17 +302,20 @@ def check_self_attention_keras(SelfAttention_keras) -> None:  # noqa: N803 (the 
         for attribute in ("wq", "wk", "wv"):
             dense = getattr(layer, attribute, None)
             if not isinstance(dense, keras.layers.Dense):
-                raise CheckFailed(f"the layer needs an attribute {attribute} that is a keras.layers.Dense")
+                raise CheckFailed("the text says: three projections named wq, wk and wv, each a keras.layers.Dense; "
+                                  f"{attribute} is missing or is not one")
             projections.append(dense)
         _distinct(projections, "Dense layer")
         for attribute, dense in zip(("wq", "wk", "wv"), projections, strict=True):
             shape = tuple(dense.kernel.shape)
             if shape == (d_in, d_in) and d_in != d_out:
-                raise CheckFailed(f"{attribute} outputs {d_in} features; it must output d_out: Dense({d_out})")
+                raise CheckFailed(f"the text says: each projection maps d_in features to d_out; {attribute} outputs "
+                                  f"{d_in} features: Dense({d_out})")
             if shape != (d_in, d_out):
-                raise CheckFailed(f"{attribute}.kernel should have shape ({d_in}, {d_out}); got {shape}")
+                raise CheckFailed(f"the text says: each projection maps d_in to d_out features, so {attribute}.kernel "
+                                  f"should have shape ({d_in}, {d_out}); got {shape}")
             if dense.bias is not None:
-                raise CheckFailed(f"{attribute} has a bias; this exercise's projections have none (use_bias=False)")
+                raise CheckFailed(f"the text says: projections WITHOUT bias; {attribute} has one (use use_bias=False)")
         weights = _projection_weights(generator, d_in, d_out)
         for dense, w in zip(projections, weights, strict=True):
             dense.kernel.assign(w)
@@ -314,14 +331,8 @@ def check_self_attention_keras(SelfAttention_keras) -> None:  # noqa: N803 (the 
 
 @exercise(CHAPTER, "self_attention_numbers", "shapes and parameter count of a 256 -> 512 self-attention layer")
 def check_self_attention_numbers(self_attention_numbers) -> None:
-    answer = call(self_attention_numbers)
-    if not isinstance(answer, dict):
-        raise CheckFailed("the text says: return a dict with the keys 'w_shape', 'parameters', 'weights_shape' and "
-                          f"'output_shape'; got {type(answer).__name__}")
-    missing = {"w_shape", "parameters", "weights_shape", "output_shape"} - set(answer)
-    if missing:
-        raise CheckFailed(f"the text says: the dict holds the keys 'w_shape', 'parameters', 'weights_shape' and "
-                          f"'output_shape'; missing {sorted(missing)}")
+    answer = expect_answer_dict(call(self_attention_numbers), ("w_shape", "parameters", "weights_shape",
+                                                                "output_shape"), "self_attention_numbers()")
     expect_equal(answer["w_shape"], (256, 512), "w_shape (the text says: as a matrix W with q = x W)",
                  mistakes={"that is torch's nn.Linear storage, (out, in); the text asks for W with q = x W, "
                            "(d_in, d_out)": (512, 256)})
@@ -329,35 +340,25 @@ def check_self_attention_numbers(self_attention_numbers) -> None:
                  mistakes={"the projections have no bias (the text says so)": 3 * (256 * 512 + 512),
                            "count all three matrices, W_Q, W_K and W_V": 256 * 512})
     expect_equal(answer["weights_shape"], (1, 10, 10), "weights_shape",
-                 mistakes={"the weights have one column per key, not per feature: (batch, seq_len, seq_len)":
+                 mistakes={"the text says: the shape of the weights for x (1, 10, 256); they have one column per "
+                           "key, not per feature: (batch, seq_len, seq_len)":
                            (1, 10, 512)})
     expect_equal(answer["output_shape"], (1, 10, 512), "output_shape",
-                 mistakes={"the output has the projected width d_out = 512, not the input width": (1, 10, 256)})
+                 mistakes={"the text says: 512-wide outputs; the output has the projected width d_out = 512, not "
+                           "the input width": (1, 10, 256)})
 
 
 @exercise(CHAPTER, "scale_for_variance", "the divisor that brings the variance of q . k back to 1")
 def check_scale_for_variance(scale_for_variance) -> None:
     for variance, d_k in [(2.0, 64), (1.0, 64), (0.5, 16), (4.0, 9), (3.0, 1)]:
-        got = call(scale_for_variance, variance, d_k)
-        if isinstance(got, bool) or not isinstance(got, int | float | np.integer | np.floating):
-            raise CheckFailed(f"the text says: scale_for_variance({variance}, {d_k}) should return a number; got "
-                              f"{type(got).__name__}")
-        value = float(got)
         expected = variance * np.sqrt(d_k)
-        wrong = {
+        expect_number(call(scale_for_variance, variance, d_k), expected, f"scale_for_variance({variance}, {d_k})", {
             "the text asks for the divisor that brings the variance back to 1: that is the standard deviation "
             "of q . k, variance * sqrt(d_k), not sqrt(d_k) alone": np.sqrt(d_k),
             "each term q_i k_i has variance variance**2 (a product of two independent entries), so q . k has "
             "variance variance**2 * d_k and the divisor is its square root": np.sqrt(variance * d_k),
             "that is the variance of q . k; divide by its square root (the standard deviation)": variance**2 * d_k,
-        }
-        if np.isclose(value, expected, rtol=1e-6):
-            continue
-        for message, w in wrong.items():
-            if np.isclose(value, w, rtol=1e-6):
-                raise CheckFailed(f"scale_for_variance({variance}, {d_k}) = {value:.6g} is not right. Likely: "
-                                  f"{message}")
-        raise CheckFailed(f"scale_for_variance({variance}, {d_k}) should be {expected:.6g}; got {value:.6g}")
+        })
 
 
 @exercise(CHAPTER, "fixed_attention_torch", "find the bug: batched attention in PyTorch", track="torch",

@@ -9,6 +9,7 @@ from companion.checks import call, exercise, expect_close, rng, to_numpy
 from companion.checks.tracks import (
     ATTENTION_SHORTCUTS,
     converter,
+    expect_answer_dict,
     expect_differentiable,
     expect_type,
     output_pair,
@@ -18,7 +19,8 @@ from companion.checks.tracks import (
 CHAPTER = "03_multihead_attention"
 
 NO_TRANSPOSE = (
-    "heads split without a transpose: reshape to (batch, seq_len, num_heads, d_head) first, then swap the seq_len "
+    "the text says: head i holds features i * d_head to (i + 1) * d_head - 1 of EVERY position; heads split without "
+    "a transpose: reshape to (batch, seq_len, num_heads, d_head) first, then swap the seq_len "
     "and num_heads axes; a reshape straight to (batch, num_heads, seq_len, d_head) mixes positions across heads"
 )
 
@@ -54,16 +56,16 @@ def _check_split(split_heads, track: str, name: str) -> None:
             f"{name}(x of shape {x.shape}, num_heads={num_heads})",
             mistakes={
                 NO_TRANSPOSE: x.reshape(batch, num_heads, seq_len, d_head),
-                "the heads were folded into the batch axis, (batch * num_heads, seq_len, d_head), by a reshape "
-                "alone (as in seed 003); keep a separate head axis and transpose": x.reshape(
+                "the text says: return (batch, num_heads, seq_len, d_head); the heads were folded into the batch "
+                "axis, (batch * num_heads, seq_len, d_head), by a reshape alone (as in seed 003); keep a separate head "
+                "axis and transpose": x.reshape(
                     batch * num_heads, seq_len, d_head
                 ),
-                "features were dealt out to the heads like cards (feature f to head f % num_heads); head i must get "
-                "the consecutive slice i * d_head to (i + 1) * d_head - 1: reshape to (batch, seq_len, num_heads, "
-                "d_head)": x.reshape(batch, seq_len, d_head, num_heads).transpose(0, 3, 1, 2),
-                "the last two axes are swapped: the result is (batch, num_heads, seq_len, d_head)": split_reference(
-                    x, num_heads
-                ).swapaxes(-1, -2),
+                "the text says: head i holds features i * d_head to (i + 1) * d_head - 1; yours dealt the features "
+                "out like cards (feature f to head f % num_heads): reshape to (batch, seq_len, num_heads, d_head)":
+                    x.reshape(batch, seq_len, d_head, num_heads).transpose(0, 3, 1, 2),
+                "the text says: return (batch, num_heads, seq_len, d_head); the last two axes are swapped":
+                    split_reference(x, num_heads).swapaxes(-1, -2),
             },
         )
         expect_type(answer, track, f"the result of {name}", "float")
@@ -80,14 +82,16 @@ def _check_merge(merge_heads, track: str, name: str) -> None:
             merge_reference(x),
             f"{name}(x of shape {x.shape})",
             mistakes={
-                "heads merged without transposing back: move the head axis behind seq_len, "
-                "(batch, seq_len, num_heads, d_head), then reshape": x.reshape(batch, seq_len, d_model),
-                "the heads' features were interleaved (feature j of every head side by side); transpose to (batch, "
-                "seq_len, num_heads, d_head) so each head's features stay together": x.transpose(0, 2, 3, 1).reshape(
+                "the text says: merge_heads(split_heads(x, h)) gives back x; heads merged without transposing "
+                "back: move the head axis behind seq_len, (batch, seq_len, num_heads, d_head), then reshape":
+                    x.reshape(batch, seq_len, d_model),
+                "the text says: merge_heads(split_heads(x, h)) gives back x; the heads' features were interleaved "
+                "(feature j of every head side by side); transpose to (batch, seq_len, num_heads, d_head) so each "
+                "head's features stay together": x.transpose(0, 2, 3, 1).reshape(
                     batch, seq_len, d_model
                 ),
-                "the merge stops at (batch, seq_len, num_heads, d_head); finish with a reshape to "
-                "(batch, seq_len, num_heads * d_head)": x.transpose(0, 2, 1, 3),
+                "the text says: return (batch, seq_len, num_heads * d_head); the merge stops at (batch, seq_len, "
+                "num_heads, d_head): finish with a reshape": x.transpose(0, 2, 1, 3),
             },
         )
         expect_type(answer, track, f"the result of {name}", "float")
@@ -206,12 +210,15 @@ def _check_mha(multi_head_attention, track: str, name: str) -> None:
         out, weights = output_pair(answer, what)
         mistakes = {
             NO_TRANSPOSE: variant(transpose=False),
-            "the scores were divided by sqrt(d_model); inside a head the width is d_head = d_model // num_heads, "
-            "so divide by sqrt(d_head)": variant(scale="model"),
-            "the scale is missing: divide each head's scores by sqrt(d_head)": variant(scale="none"),
-            "softmax over the wrong axis: take it over the keys (the last axis)": variant(axis=-2),
-            "the output projection is missing: apply wo and bo to the merged heads": variant(output_projection=False),
-            "the values were projected from `key`; project `value` with wv and bv": mha_variant(
+            "the text says: each head's scores are divided by sqrt(d_head), d_head = d_model // num_heads; the scores "
+            "were divided by sqrt(d_model)": variant(scale="model"),
+            "the text says: each head's scores are divided by sqrt(d_head); the scale is missing":
+                variant(scale="none"),
+            "the text says: softmax over the keys; softmax over the wrong axis (take the last axis)": variant(axis=-2),
+            "the text says: the merged heads go through wo and bo; the output projection is missing":
+                variant(output_projection=False),
+            "the text says: key and value are separate arguments; the values were projected from `key`: "
+            "project `value` with wv and bv": mha_variant(
                 as64[0], as64[1], as64[1], params64, num_heads, mask),
         }
         right_out, right_weights = variant()
@@ -271,14 +278,14 @@ def check_summed_heads(summed_heads) -> None:
             np.sum(right, axis=0),
             f"summed_heads(x of shape {x.shape}, {num_heads} heads of width {d_out})",
             mistakes={
-                "you concatenated the heads; here they are summed, so the output keeps the width d_out": np.concatenate(
-                    right, axis=-1
-                ),
-                "you averaged the heads (divided by their number); sum them": np.mean(right, axis=0),
-                "every head here is d_out wide, so its scale is 1/sqrt(d_out), not 1/sqrt(d_out / num_heads)": np.sum(
-                    wrong_scale, axis=0
-                ),
-                "the heads were stacked on a new axis, not summed": np.stack(right),
+                "the text says: return the SUM of the heads' outputs, of shape (seq_len, d_out); you concatenated "
+                "them": np.concatenate(right, axis=-1),
+                "the text says: return the SUM of the heads' outputs; you averaged them (divided by their number)":
+                    np.mean(right, axis=0),
+                "the text says: each head's scores are divided by sqrt(d_out), the width of its queries; not "
+                "1/sqrt(d_out / num_heads)": np.sum(wrong_scale, axis=0),
+                "the text says: the sum has shape (seq_len, d_out); the heads were stacked on a new axis": np.stack(
+                    right),
             },
         )
 
@@ -302,22 +309,24 @@ def check_fixed_multi_head_attention_keras(fixed_multi_head_attention_keras) -> 
 
 @exercise(CHAPTER, "head_parameter_counts", "projection parameters of concatenated and summed heads, 512 wide")
 def check_head_parameter_counts(head_parameter_counts) -> None:
-    from companion.checks import CheckFailed, expect_equal
+    from companion.checks import expect_equal
 
-    answer = call(head_parameter_counts)
     keys = ("concatenated", "with_output_projection", "summed", "summed_output_width")
-    if not isinstance(answer, dict) or set(keys) - set(answer):
-        raise CheckFailed(f"the text says: return a dict with the keys {', '.join(keys)}")
+    answer = expect_answer_dict(call(head_parameter_counts), keys, "head_parameter_counts()")
     expect_equal(answer["concatenated"], 786_432, "concatenated (the text says: (a), 8 heads of width 64, no bias)",
-                 mistakes={"count Q, K and V: 3 matrices per head": 8 * 512 * 64,
-                           "each head is 64 wide: 512 x 64 per matrix, not 512 x 512": 8 * 3 * 512 * 512})
+                 mistakes={"the text says: count the projection parameters; each head has three, Q, K and V":
+                           8 * 512 * 64,
+                           "the text says: heads of width 64, so 512 x 64 per matrix, not 512 x 512":
+                           8 * 3 * 512 * 512})
     expect_equal(answer["with_output_projection"], 1_048_576, "with_output_projection (the text says: (a) plus W_O)",
                  mistakes={"the text says: no bias; 4 x 512 is the biases": 1_048_576 + 4 * 512,
-                           "W_O is 512 x 512 and comes on top of (a)": 512 * 512})
+                           "the text says: the same (a) plus W_O; W_O alone is 512 x 512": 512 * 512})
     expect_equal(answer["summed"], 6_291_456, "summed (the text says: (c), 8 heads of width 512)",
-                 mistakes={"each of the 8 heads is 512 wide: 8 x 3 x 512 x 512": 3 * 512 * 512})
+                 mistakes={"the text says: 8 heads of width 512, each with Q, K and V: 8 x 3 x 512 x 512":
+                           3 * 512 * 512})
     expect_equal(answer["summed_output_width"], 512, "summed_output_width",
-                 mistakes={"summing keeps the width of one head; only concatenation multiplies it": 8 * 512})
+                 mistakes={"the text says: the outputs of (c) are ADDED; summing keeps the width of one head, only "
+                           "concatenation multiplies it": 8 * 512})
 
 
 GQA_CASES = [(2, 4, 2, 3, 5, 4), (1, 6, 3, 4, 4, 2), (2, 4, 1, 2, 3, 8), (1, 2, 2, 3, 3, 4)]  # b, H, G, n, m, d

@@ -11,7 +11,9 @@ from companion.checks import CheckFailed, call, exercise, expect_close, expect_e
 from companion.checks.tracks import (
     ATTENTION_SHORTCUTS,
     converter,
+    expect_answer_dict,
     expect_differentiable,
+    expect_number,
     expect_type,
     output_pair,
     tolerance,
@@ -19,13 +21,14 @@ from companion.checks.tracks import (
 
 CHAPTER = "04_masking"
 
-INVERTED = "the mask is inverted: True must mark what may be attended to, False what is blocked"
+INVERTED = ("the text says: boolean, True = may attend; the mask is inverted: True must mark what may be attended "
+            "to, False what is blocked")
 
 
 def _expect_bool(answer: Any, what: str) -> np.ndarray:
     array = to_numpy(answer)
     if array.dtype != np.bool_:
-        raise CheckFailed(f"{what} should be boolean (True = may attend); got dtype {array.dtype}")
+        raise CheckFailed(f"the text says: a boolean mask, True = may attend; {what} has dtype {array.dtype}")
     return array
 
 
@@ -59,11 +62,12 @@ def _check_padding_mask(padding_mask, track: str, name: str) -> None:
             what,
             mistakes={
                 INVERTED: ~expected,
-                "the mask has shape (batch, key_len); add the two singleton axes, (batch, 1, 1, key_len), so it "
-                "broadcasts over the heads and the queries": expected[:, 0, 0],
-                "the padding mask blocks key columns, so key_len goes on the last axis: (batch, 1, 1, key_len), not "
-                "(batch, 1, key_len, 1)": expected.reshape(batch, 1, length, 1),
-                "you compared with 0; compare with pad_id": reference.padding_mask(ids, 0),
+                "the text says: return a tensor of shape (batch, 1, 1, key_len); yours is (batch, key_len): add "
+                "the two singleton axes so it broadcasts over the heads and the queries": expected[:, 0, 0],
+                "the text says: shape (batch, 1, 1, key_len); the padding mask blocks key columns, so key_len goes "
+                "on the last axis, not (batch, 1, key_len, 1)": expected.reshape(batch, 1, length, 1),
+                "the text says: every position holding pad_id is blocked; you compared with 0": reference.padding_mask(
+                    ids, 0),
             },
         )
         _expect_bool(answer, what)
@@ -116,12 +120,12 @@ def _check_causal_mask(causal_mask, name: str, track: str = "numpy") -> None:
             what,
             mistakes={
                 INVERTED: ~expected,
-                "off by one on the diagonal: a position may attend to itself, so keep the diagonal (tril with "
-                "diagonal=0, or query >= key)": np.tril(square, -1)[None, None],
-                "the mask is transposed: query i (a row) may attend to keys 0..i (columns), the lower "
-                "triangle": np.triu(square)[None, None],
-                "the mask has shape (length, length); return (1, 1, length, length) so it broadcasts over the batch "
-                "and the heads": expected[0, 0],
+                "the text says: query i may attend to keys 0 to i, ITSELF included; off by one on the diagonal: "
+                "keep it (tril with diagonal=0, or query >= key)": np.tril(square, -1)[None, None],
+                "the text says: query i (row) may attend to keys 0 to i (columns); the mask is transposed: keep "
+                "the lower triangle": np.triu(square)[None, None],
+                "the text says: shape (1, 1, query_len, query_len); yours is (length, length): add the two singleton "
+                "axes so it broadcasts over the batch and the heads": expected[0, 0],
             },
         )
         _expect_bool(answer, what)
@@ -158,7 +162,8 @@ def check_causal_mask_keras(causal_mask_keras) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 NAN_HINT = (
-    "a row whose keys are all blocked gave NaN: fill blocked scores with the dtype's most negative finite value "
+    "the text says: a query whose keys are all blocked gets uniform weights and a finite output; it gave NaN: fill "
+    "blocked scores with the dtype's most negative finite value "
     "(torch.finfo(dtype).min, or numpy's finfo for Keras), not -inf; in float16 a fill of -1e9 also becomes -inf"
 )
 
@@ -199,11 +204,12 @@ def _masked_variants(q, k, v, mask) -> dict:
     return {
         None: pair(right),
         INVERTED: pair(reference.softmax(np.where(mask, lowest, scores))),
-        "the mask was applied after the softmax: rows no longer sum to 1; block the scores before the "
-        "softmax": pair(after),
-        "blocked scores were set to 0, which still gets weight exp(0) = 1; fill them with a very negative "
-        "number": pair(reference.softmax(np.where(mask, scores, 0.0))),
-        "the scale is missing: divide the scores by sqrt(d_k) before masking": pair(
+        "the text says: blocked keys get weight 0 and each row of weights sums to 1; the mask was applied after "
+        "the softmax, so rows no longer sum to 1: block the scores before the softmax": pair(after),
+        "the text says: blocked keys get weight 0; their scores were set to 0, which still gets weight exp(0) = 1: "
+        "fill them with a very negative number": pair(reference.softmax(np.where(mask, scores, 0.0))),
+        "the text says: scaled dot-product attention; the scale is missing: divide the scores by sqrt(d_k) "
+        "before masking": pair(
             reference.softmax(np.where(mask, scores * np.sqrt(q.shape[-1]), lowest))
         ),
     }
@@ -245,7 +251,8 @@ def _check_masked_attention(masked_attention, track: str, name: str) -> None:
         if track in ("torch", "keras") and not half:
             expect_differentiable(masked_attention, converter(track)(q, k, v, mask), what, (0, 1, 2), 0, track=track)
         if half and to_numpy(answer[0]).dtype != np.float16:
-            raise CheckFailed(f"{what}: float16 inputs should give a float16 output; got {to_numpy(answer[0]).dtype}")
+            raise CheckFailed(f"the text says: float16 inputs give a float16 output; {what} returned "
+                              f"{to_numpy(answer[0]).dtype}")
 
 
 @exercise(CHAPTER, "masked_attention_torch", "scaled dot-product attention with a boolean mask, in PyTorch", "torch",
@@ -354,11 +361,8 @@ def check_fixed_masked_attention_keras(fixed_masked_attention_keras) -> None:
 
 @exercise(CHAPTER, "masking_answers", "graded answers: the cross-attention mask, float16 limits, a zero fill")
 def check_masking_answers(masking_answers) -> None:
-    answer = call(masking_answers)
-    keys = ("cross_mask_from", "lowest_float16", "minus_1e9_in_float16", "weight_on_zero_filled_key")
-    if not isinstance(answer, dict) or set(keys) - set(answer):
-        raise CheckFailed(f"the text says: return a dict with the keys {', '.join(keys)}; got "
-                          f"{sorted(answer) if isinstance(answer, dict) else type(answer).__name__}")
+    answer = expect_answer_dict(call(masking_answers), ("cross_mask_from", "lowest_float16", "minus_1e9_in_float16",
+                                                         "weight_on_zero_filled_key"), "masking_answers()")
     expect_equal(answer["cross_mask_from"], "source", "cross_mask_from (the text says: 'source' or 'target')",
                  mistakes={"cross-attention's keys are the encoder's outputs, one per source position, so its "
                            "padding mask comes from the source": "target"})
@@ -371,16 +375,7 @@ def check_masking_answers(masking_answers) -> None:
         ("weight_on_zero_filled_key", 0.25, {"a score of 0 is not blocked: exp(0) = 1, like the three other keys, "
                                              "so it gets a quarter of the weight": 0.0}),
     ]:
-        value = answer[key]
-        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-            raise CheckFailed(f"the text says: {key} is a number; got {type(value).__name__}")
-        value = float(value)
-        if value == expected or (np.isfinite(expected) and np.isclose(value, expected, rtol=1e-6)):
-            continue
-        for message, wrong in mistakes.items():
-            if value == wrong or (np.isfinite(wrong) and np.isclose(value, wrong, rtol=1e-6)):
-                raise CheckFailed(f"{key} = {value!r} is not right. Likely: {message}")
-        raise CheckFailed(f"{key} should be {expected!r}; got {value!r}")
+        expect_number(answer[key], expected, key, mistakes)
 
 
 @exercise(CHAPTER, "torch_style_masks", "a Transformer's masks in torch.nn.Transformer's convention (True = blocked)")

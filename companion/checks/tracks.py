@@ -7,7 +7,7 @@ helpers build the inputs of a track (NumPy arrays, torch tensors, Keras tensors)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,6 +85,36 @@ def _expect_type(result: Any, track: str, what: str, dtype: str | None) -> None:
         kind = to_numpy(result).dtype.kind
         if {"float": "f", "int": "iu", "bool": "b"}[dtype].find(kind) < 0:
             raise CheckFailed(f"{what} should have a {dtype} dtype; got {to_numpy(result).dtype}")
+
+
+def expect_answer_dict(answer: Any, keys: Sequence[str], what: str) -> dict:
+    """A graded question's answer: a dict holding at least ``keys`` (the failure quotes the keys the text names)."""
+    if not isinstance(answer, dict) or set(keys) - set(answer):
+        got = sorted(map(str, answer)) if isinstance(answer, dict) else type(answer).__name__
+        raise CheckFailed(f"the text says: {what} should return a dict with the keys {', '.join(keys)}; got {got}")
+    return answer
+
+
+def expect_number(value: Any, expected: float, what: str, mistakes: dict[str, float | None] | None = None,
+                  rtol: float = 1e-6) -> None:
+    """A numeric answer (an int or a float; not a bool, not a string) equal to ``expected`` within ``rtol``.
+
+    Infinities compare exactly. When the value matches one of ``mistakes`` (message -> wrong value, None to skip),
+    the failure names it.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise CheckFailed(f"the text says: {what} is a number; got {type(value).__name__}")
+    value = float(value)
+
+    def same(number: float, target: float) -> bool:
+        return number == target or bool(np.isfinite(target) and np.isclose(number, target, rtol=rtol))
+
+    if same(value, expected):
+        return
+    for message, wrong in (mistakes or {}).items():
+        if wrong is not None and same(value, wrong):
+            raise CheckFailed(f"{what} = {value:.6g} is not right. Likely: {message}")
+    raise CheckFailed(f"{what} should be {expected:.6g}; got {value:.6g}")
 
 
 #: One-call answers to attention: allowed is everything else (softmax, matmul, masked_fill, ...).
