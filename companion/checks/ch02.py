@@ -244,10 +244,19 @@ def _layer_variants(x: np.ndarray, weights: list[np.ndarray]) -> dict:
     return variants
 
 
-def _distinct(layers: list, what: str) -> None:
-    if len({id(layer) for layer in layers}) < 3:
-        raise CheckFailed(f"the text says: three projections named wq, wk and wv; they are the same {what}: "
+def _projections(layer: Any, kind: type, kind_name: str) -> list:
+    """The layer's wq, wk and wv: three distinct objects of the framework class ``kind``."""
+    projections = []
+    for attribute in ("wq", "wk", "wv"):
+        projection = getattr(layer, attribute, None)
+        if not isinstance(projection, kind):
+            raise CheckFailed(f"the text says: three projections named wq, wk and wv, each a {kind_name}; "
+                              f"{attribute} is missing or is not one")
+        projections.append(projection)
+    if len({id(projection) for projection in projections}) < 3:
+        raise CheckFailed(f"the text says: three projections named wq, wk and wv; they are the same {kind_name}: "
                           "create three separate ones")
+    return projections
 
 
 @exercise(CHAPTER, "SelfAttention_torch", "self-attention layer with wq, wk, wv of d_in -> d_out, in PyTorch", "torch",
@@ -258,14 +267,7 @@ def check_self_attention_torch(SelfAttention_torch) -> None:  # noqa: N803 (the 
     generator = rng(22)
     for d_in, d_out, seq_len in LAYER_SIZES:
         layer = call(SelfAttention_torch, d_in, d_out)
-        projections = []
-        for attribute in ("wq", "wk", "wv"):
-            linear = getattr(layer, attribute, None)
-            if not isinstance(linear, torch.nn.Linear):
-                raise CheckFailed("the text says: three projections named wq, wk and wv, each a torch.nn.Linear; "
-                                  f"{attribute} is missing or is not one")
-            projections.append(linear)
-        _distinct(projections, "nn.Linear")
+        projections = _projections(layer, torch.nn.Linear, "torch.nn.Linear")
         for attribute, linear in zip(("wq", "wk", "wv"), projections, strict=True):
             shape = tuple(linear.weight.shape)
             if shape == (d_in, d_out) and d_in != d_out:
@@ -298,14 +300,7 @@ def check_self_attention_keras(SelfAttention_keras) -> None:  # noqa: N803 (the 
         layer = call(SelfAttention_keras, d_in, d_out)
         x = generator.standard_normal((2, seq_len, d_in)).astype(np.float32)
         call(layer, x)  # builds the Dense layers on inputs of width d_in
-        projections = []
-        for attribute in ("wq", "wk", "wv"):
-            dense = getattr(layer, attribute, None)
-            if not isinstance(dense, keras.layers.Dense):
-                raise CheckFailed("the text says: three projections named wq, wk and wv, each a keras.layers.Dense; "
-                                  f"{attribute} is missing or is not one")
-            projections.append(dense)
-        _distinct(projections, "Dense layer")
+        projections = _projections(layer, keras.layers.Dense, "keras.layers.Dense")
         for attribute, dense in zip(("wq", "wk", "wv"), projections, strict=True):
             shape = tuple(dense.kernel.shape)
             if shape == (d_in, d_in) and d_in != d_out:
