@@ -45,22 +45,23 @@ def _table_mistakes(max_len: int, d_model: int) -> dict[str, np.ndarray]:
     multiplied[:, 0::2] = np.sin(pos * 10000.0 ** (2 * pair / d_model))
     multiplied[:, 1::2] = np.cos(pos * 10000.0 ** (2 * pair / d_model))
     return {
-        "sine and cosine are swapped: column 2i holds the sine, column 2i + 1 the cosine": swapped,
-        "the sines and cosines sit in two halves ([sin ... sin, cos ... cos]); they interleave: column 2i is the "
-        "sine and column 2i + 1 the cosine of the same frequency": np.concatenate(
+        "the text says: column 2i holds the sine and column 2i + 1 the cosine; in yours sine and cosine are "
+        "swapped": swapped,
+        "the text says: column 2i holds the sine and column 2i + 1 the cosine of the same angle; yours puts the "
+        "sines and cosines in two halves ([sin ... sin, cos ... cos]) instead of interleaving them": np.concatenate(
             [right[:, 0::2], right[:, 1::2]], axis=1
         ),
-        "the exponent is i / d_model; with i the pair index it is 2i / d_model": encoding_at(
-            np.arange(max_len), d_model, exponent="i/d"
-        ),
-        "every column got its own frequency (exponent j / d_model, j the column index); both columns of a pair "
-        "share one frequency, 10000**(-2i / d_model) with i = j // 2": per_column,
-        "the exponent 2j / d_model used the column index j; use the pair index i = j // 2": doubled_column,
-        "positions start at 1; the first row is position 0 (sin 0 = 0, cos 0 = 1)": encoding_at(
-            np.arange(1, max_len + 1), d_model
-        ),
-        "the position was multiplied by 10000**(2i / d_model); divide by it": multiplied,
-        "the table is transposed: rows are positions, columns are dimensions": right.T,
+        "the text says: the angle is pos / 10000**(2i / d_model); in yours the exponent is i / d_model (the factor "
+        "2 is missing)": encoding_at(np.arange(max_len), d_model, exponent="i/d"),
+        "the text says: columns 2i and 2i + 1 share the angle pos / 10000**(2i / d_model); in yours every column "
+        "got its own frequency (exponent j / d_model, j the column index)": per_column,
+        "the text says: columns 2i and 2i + 1 use the exponent 2i / d_model; yours used 2j / d_model with j the "
+        "column index (use the pair index i = j // 2)": doubled_column,
+        "the text says: row pos is position pos, starting at 0; in yours the positions start at 1 (the first row "
+        "should be sin 0 = 0, cos 0 = 1)": encoding_at(np.arange(1, max_len + 1), d_model),
+        "the text says: sin(pos / 10000**(2i / d_model)); yours multiplied the position by 10000**(2i / d_model)":
+            multiplied,
+        "the text says: shape (max_len, d_model), row pos for position pos; yours is transposed": right.T,
     }
 
 
@@ -95,16 +96,16 @@ def check_shift_encoding(shift_encoding) -> None:
             encoding_at(positions + k, d_model),
             f"shift_encoding(PE at positions {positions.tolist()}, k={k})",
             mistakes={
-                "you got PE[pos - k]: the rotation turns the wrong way (check the signs of the sin(omega_i k) terms, "
-                "and that column 2i is the sine)": encoding_at(positions - k, d_model),
-                "adding PE[k] does not move an encoding: rotate each (sin, cos) pair by the angle omega_i * k": pe
-                + pe_k,
-                "multiplying by PE[k] entry by entry does not move an encoding: rotate each (sin, cos) pair by the "
-                "angle omega_i * k": pe * pe_k,
-                "the rotation angle used omega_i = 10000**(-i / d_model); it is 10000**(-2i / d_model)": (
-                    wrong_frequency
-                ),
-                "the encodings came back unchanged: rotate each pair by omega_i * k": pe,
+                "the text says: return the encodings of the positions k further on; you got PE[pos - k]: the "
+                "rotation turns the wrong way (check the signs of the sin(omega_i k) terms, and that column 2i is "
+                "the sine)": encoding_at(positions - k, d_model),
+                "the text says: rotate each (sine, cosine) pair by the angle omega_i k; adding PE[k] does not move "
+                "an encoding": pe + pe_k,
+                "the text says: rotate each (sine, cosine) pair by the angle omega_i k; multiplying by PE[k] entry "
+                "by entry does not move an encoding": pe * pe_k,
+                "the text says: omega_i = 10000**(-2i / d_model); your rotation angle used "
+                "omega_i = 10000**(-i / d_model)": wrong_frequency,
+                "the text says: return the encodings of the positions k further on; yours came back unchanged": pe,
             },
             atol=1e-5,
         )
@@ -130,17 +131,17 @@ def _check_encoder_input(encoder_input, to_framework, name: str, track: str = "n
             words * np.sqrt(d_model) + pe,
             f"{name}(ids of shape {ids.shape}, table of shape {table.shape})",
             mistakes={
-                "the sqrt(d_model) factor is missing": words + pe,
-                "you divided by sqrt(d_model); multiply the embeddings instead": words / np.sqrt(d_model) + pe,
-                "the positional encoding is missing": words * np.sqrt(d_model),
-                "the positional encoding was scaled too: multiply the embeddings by sqrt(d_model), then add PE": (
-                    words + pe
-                )
-                * np.sqrt(d_model),
-                "the positions start at 1; the first token gets PE[0]": words * np.sqrt(d_model)
-                + encoding_at(np.arange(1, seq_len + 1), d_model),
-                "the encoding was looked up by token id; it is indexed by position (0 .. seq_len - 1)": words
-                * np.sqrt(d_model)
+                "the text says: multiply by sqrt(d_model); in yours the sqrt(d_model) factor is missing": words + pe,
+                "the text says: MULTIPLY the embeddings by sqrt(d_model); you divided": words / np.sqrt(d_model) + pe,
+                "the text says: add the positional encoding; in yours the positional encoding is missing": (
+                    words * np.sqrt(d_model)
+                ),
+                "the text says: multiply the looked-up embeddings by sqrt(d_model), then add the encoding; in yours "
+                "the positional encoding was scaled too": (words + pe) * np.sqrt(d_model),
+                "the text says: the encoding of positions 0, ..., seq_len - 1; in yours the positions start at 1 (the "
+                "first token gets PE[0])": words * np.sqrt(d_model) + encoding_at(np.arange(1, seq_len + 1), d_model),
+                "the text says: the encoding of positions 0, ..., seq_len - 1, the same for every sentence; yours was "
+                "looked up by token id": words * np.sqrt(d_model)
                 + encoding_at(ids.reshape(-1), d_model).reshape(words.shape),
             },
             atol=1e-4,
@@ -188,17 +189,16 @@ def check_angular_frequencies(angular_frequencies) -> None:
             10000.0 ** (-2 * pair / d_model),
             f"angular_frequencies({d_model})",
             mistakes={
-                "the exponent used i / d_model; the text says 10000**(-2i / d_model) with i the pair index": (
-                    10000.0 ** (-pair / d_model)
-                ),
-                "the sign of the exponent is flipped: the text asks for 10000**(-2i / d_model), with a minus "
-                "sign (the first value is 1, the last close to 1/10000)": 10000.0 ** (2 * pair / d_model),
-                "the text asks for one frequency per pair, shape (d_model / 2,); you gave one per column": (
+                "the text says: omega_i = 10000**(-2i / d_model) with i the pair index; your exponent used "
+                "i / d_model": 10000.0 ** (-pair / d_model),
+                "the text says: 10000**(-2i / d_model), so the first value is 1 and the last close to 1/10000; in "
+                "yours the sign of the exponent is flipped": 10000.0 ** (2 * pair / d_model),
+                "the text says: one frequency per pair, shape (d_model / 2,); you gave one per column": (
                     10000.0 ** (-2 * (column // 2) / d_model)
                 ),
-                "the exponent doubled the column index 2i (giving 4i / d_model); the text says 2i / d_model with "
-                "i the pair index": 10000.0 ** (-column[0::2] * 2 / d_model),
-                "these are wavelengths (2 pi / omega); the text asks for the angular frequencies omega_i": (
+                "the text says: the exponent is 2i / d_model with i the PAIR index; yours doubled the column index "
+                "2i (giving 4i / d_model)": 10000.0 ** (-column[0::2] * 2 / d_model),
+                "the text says: the angular frequency omega_i of every pair; these are wavelengths (2 pi / omega)": (
                     2 * np.pi * 10000.0 ** (2 * pair / d_model)
                 ),
             },
@@ -224,19 +224,23 @@ def _check_add_positions(add_positions, track: str) -> None:
             x + right,
             f"{name}(x of shape {x.shape})",
             mistakes={
-                "the exponent is still i / d_model (the colleague's bug: pair index without the factor 2); the text "
-                "says omega_i = 10000**(-2i / d_model)": x + encoding_at(np.arange(seq_len), d_model, exponent="i/d"),
-                "the positional encoding is missing: the text says to return x plus the encoding": x,
-                "the encoding replaced x; the text says to return x plus the encoding": np.broadcast_to(right, x.shape),
-                "the positions start at 1; the text says positions 0 .. seq_len - 1": x
+                "the text says: the frequencies omega_i = 10000**(-2i / d_model) of the chapter; in yours the "
+                "exponent is still i / d_model (the colleague's bug: pair index without the factor 2)": (
+                    x + encoding_at(np.arange(seq_len), d_model, exponent="i/d")
+                ),
+                "the text says: return x plus the encoding; in yours the positional encoding is missing": x,
+                "the text says: return x plus the encoding; in yours the encoding replaced x": np.broadcast_to(
+                    right, x.shape
+                ),
+                "the text says: the encoding of positions 0, ..., seq_len - 1; in yours the positions start at 1": x
                 + encoding_at(np.arange(1, seq_len + 1), d_model),
             },
             **tolerance(track),
         )
         expect_type(answer, track, f"the result of {name}", "float")
         if to_numpy(answer).dtype != np.float32:
-            raise CheckFailed(f"{name} should keep the dtype of x (float32), as the text says; got "
-                              f"{to_numpy(answer).dtype}")
+            raise CheckFailed(f"the text says: the result keeps the shape and dtype of x; {name} should keep the "
+                              f"dtype of x (float32), got {to_numpy(answer).dtype} (cast the encoding to x.dtype)")
 
 
 @exercise(CHAPTER, "add_positions_torch", "find the bug: x + PE[:seq_len] with 10000**(-2i / d_model), in PyTorch",
@@ -267,17 +271,16 @@ def check_offset_similarity(offset_similarity) -> None:
             truth[0],
             f"offset_similarity({d_model}, offsets={offsets.tolist()})",
             mistakes={
-                "the frequencies used the exponent i / d_model; they are 10000**(-2i / d_model)": np.cos(
+                "the text says: from the frequencies omega_i = 10000**(-2i / d_model) of exercise 1; yours used the "
+                "exponent i / d_model": np.cos(
                     offsets[:, None] * 10000.0 ** (-np.arange(d_model // 2) / d_model)
                 ).sum(-1),
-                "this is the mean over pairs; the dot product sums over all d_model / 2 pairs": np.cos(
-                    offsets[:, None] * omega
-                ).mean(-1),
-                "sin a sin b + cos a cos b is cos(a - b), not sin: sum cos(omega_i k)": np.sin(
-                    offsets[:, None] * omega
-                ).sum(-1),
-                "this is the dot product of PE[k] with PE[0] counted twice per pair; sum cos(omega_i k) once per "
-                "pair": 2 * np.cos(offsets[:, None] * omega).sum(-1),
+                "the text says: the dot product PE_pos . PE_pos+k, which sums over all d_model / 2 pairs; this is "
+                "the mean over pairs": np.cos(offsets[:, None] * omega).mean(-1),
+                "the text says: each pair contributes sin a sin b + cos a cos b, which is cos(a - b), not sin: sum "
+                "cos(omega_i k)": np.sin(offsets[:, None] * omega).sum(-1),
+                "the text says: each pair contributes sin a sin b + cos a cos b once; yours counted every pair "
+                "twice": 2 * np.cos(offsets[:, None] * omega).sum(-1),
             },
             atol=1e-6,
         )
@@ -298,13 +301,14 @@ def check_learned_table_outcome(learned_table_outcome) -> None:
         else:
             expected, sentence = "trained", "every position used has a trained row"
         if not isinstance(answer, str) or answer not in ("trained", "untrained", "error"):
-            raise CheckFailed(f"learned_table_outcome({seq_len}, {trained_len}, {rows}) should return one of the "
-                              f"strings 'trained', 'untrained', 'error', as the text says; got {answer!r}")
+            raise CheckFailed(f"the text says: return one of the strings 'trained', 'untrained', 'error'; "
+                              f"learned_table_outcome({seq_len}, {trained_len}, {rows}) returned {answer!r}")
         if answer != expected:
             hint = ""
             if seq_len == rows and answer == "error":
                 hint = " Positions run from 0 to seq_len - 1, so a table of `rows` rows holds seq_len == rows."
             if seq_len == trained_len and answer == "untrained":
                 hint = " Training on sentences of trained_len tokens trains positions 0 .. trained_len - 1."
-            raise CheckFailed(f"learned_table_outcome(seq_len={seq_len}, trained_len={trained_len}, rows={rows}) "
-                              f"should be {expected!r} (the text: {sentence!r}); got {answer!r}.{hint}")
+            raise CheckFailed(f"the text says: {expected!r} when {sentence}; learned_table_outcome(seq_len="
+                              f"{seq_len}, trained_len={trained_len}, rows={rows}) should be {expected!r}, got "
+                              f"{answer!r}.{hint}")

@@ -20,21 +20,27 @@ def _normalised(x: np.ndarray, axis, ddof: int = 0, eps: float = 1e-5, eps_outsi
 def _layer_norm_mistakes(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> dict[str, np.ndarray]:
     last = -1
     return {
-        "the variance is the unbiased one (divided by d_model - 1); LayerNorm divides by d_model": gamma
-        * _normalised(x, last, ddof=1, eps=eps)
+        "the text says: the biased variance (divide by d_model); yours is the unbiased one (divided by "
+        "d_model - 1)": gamma * _normalised(x, last, ddof=1, eps=eps) + beta,
+        "the text says: add eps to the variance inside the square root, sqrt(var + eps); in yours epsilon is added "
+        "outside the square root (to the standard deviation)": gamma
+        * _normalised(x, last, eps=eps, eps_outside=True)
         + beta,
-        "epsilon is added outside the square root (to the standard deviation); add it to the variance: "
-        "sqrt(var + eps)": gamma * _normalised(x, last, eps=eps, eps_outside=True) + beta,
-        "unbiased standard deviation plus epsilon outside the root, as in seed 003; use sqrt(biased var + eps)": gamma
+        "the text says: the biased variance, eps inside the square root; yours has the unbiased standard deviation "
+        "plus epsilon outside the root, as in seed 003": gamma
         * _normalised(x, last, ddof=1, eps=eps, eps_outside=True)
         + beta,
-        "epsilon is missing: divide by sqrt(var + eps)": gamma * _normalised(x, last, eps=0.0) + beta,
-        "the statistics were taken over the first (batch) axis, which is BatchNorm; LayerNorm takes them over the "
-        "last axis, the d_model features of one position": gamma * _normalised(x, 0, eps=eps) + beta,
-        "the statistics were taken over the whole sequence (positions and features); take them over the last axis "
-        "only": gamma * _normalised(x, (-2, -1), eps=eps) + beta,
-        "gamma and beta are swapped: scale by gamma, then shift by beta": beta * _normalised(x, last, eps=eps) + gamma,
-        "gamma and beta are not applied: multiply by gamma and add beta after normalising": _normalised(
+        "the text says: divide by sqrt(var + eps); in yours epsilon is missing": gamma * _normalised(
+            x, last, eps=0.0
+        ) + beta,
+        "the text says: normalise every vector along the last axis (the d_model features of one position); yours "
+        "took the statistics over the first (batch) axis, which is BatchNorm": gamma * _normalised(x, 0, eps=eps)
+        + beta,
+        "the text says: normalise every vector along the last axis only; yours took the statistics over the whole "
+        "sequence (positions and features)": gamma * _normalised(x, (-2, -1), eps=eps) + beta,
+        "the text says: scale by gamma, then shift by beta; in yours gamma and beta are swapped": beta
+        * _normalised(x, last, eps=eps) + gamma,
+        "the text says: then scale by gamma and shift by beta; in yours gamma and beta are not applied": _normalised(
             x, last, eps=eps
         ),
     }
@@ -63,7 +69,8 @@ def check_layer_norm(layer_norm) -> None:
                     {}
                     if eps is not None
                     else {
-                        f"the default epsilon should be 1e-5, as in torch.nn.LayerNorm (yours acts like {wrong})": (
+                        f"the text says: eps=1e-5 by default, as in torch.nn.LayerNorm; the default epsilon of "
+                        f"yours acts like {wrong}": (
                             reference_layer_norm(x, gamma, beta, eps=wrong)
                         )
                         for wrong in (1e-6, 1e-3)
@@ -103,14 +110,16 @@ def _check_pre_ln(pre_ln_sublayer, build, name: str) -> None:
             x + sub(norm(x)),
             f"{name}(x of shape {x.shape}, sublayer, norm)",
             mistakes={
-                "this is post-LN, the paper's order: LayerNorm(x + sublayer(x)); pre-LN normalises the sublayer's "
-                "input only: x + sublayer(norm(x))": norm(x + sub(x)),
-                "the normalisation went on the sublayer's output; apply it to the sublayer's input: "
-                "x + sublayer(norm(x))": x + norm(sub(x)),
-                "the residual connection is missing: add x to the sublayer's output": sub(norm(x)),
-                "the residual adds the normalised x; add the original x, so that the residual path stays "
-                "un-normalised": norm(x) + sub(norm(x)),
-                "the normalisation is missing: x + sublayer(norm(x))": x + sub(x),
+                "the text says: return the pre-LN version, not the paper's norm(x + sublayer(x)); yours is post-LN "
+                "(pre-LN is x + sublayer(norm(x)))": norm(x + sub(x)),
+                "the text says: normalise only the input of the sublayer; in yours the normalisation went on the "
+                "sublayer's output": x + norm(sub(x)),
+                "the text says: add the original x to the sublayer's output; in yours the residual connection is "
+                "missing": sub(norm(x)),
+                "the text says: add the original, un-normalised x; yours adds the normalised x": norm(x)
+                + sub(norm(x)),
+                "the text says: normalise the input of the sublayer; in yours the normalisation is missing": x
+                + sub(x),
             },
             atol=1e-4,
         )
@@ -125,8 +134,9 @@ def _check_residual_gradient(pre_ln_sublayer, x, zero_sublayer, norm, track: str
     expect_type(result, track, f"the result of {name}", "float")
     graph = "no .detach(), no torch.no_grad()" if track == "torch" else "no keras.ops.stop_gradient"
     if grads[0] is None or not np.allclose(to_numpy(grads[0]), upstream, atol=1e-4):
-        raise CheckFailed(f"x receives {'no' if grads[0] is None else 'the wrong'} gradient from {name}(x, sublayer, "
-                          f"norm): the residual path must stay in the graph ({graph}, no NumPy round trip)"
+        raise CheckFailed(f"the text says: gradients flow back to x along the residual path; x receives "
+                          f"{'no' if grads[0] is None else 'the wrong'} gradient from {name}(x, sublayer, norm): the "
+                          f"residual path must stay in the graph ({graph}, no NumPy round trip)"
                           + (f"; {why}" if why else ""))
 
 
@@ -181,7 +191,7 @@ def check_encoder_layer_parameters(encoder_layer_parameters) -> None:
     for d_model, d_ff, num_heads in [(512, 2048, 8), (64, 256, 4), (32, 100, 2), (48, 96, 16), (8, 8, 1)]:
         answer = call(encoder_layer_parameters, d_model, d_ff, num_heads)
         if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"encoder_layer_parameters should return a whole number (an int); got "
+            raise CheckFailed(f"the text says: return the count as a whole number (an int); got "
                               f"{type(answer).__name__} {_short(answer)}")
         d, h, f = d_model, num_heads, d_ff
         attention, ffn, norms = 4 * d * d + 4 * d, 2 * d * f + f + d, 4 * d
@@ -190,19 +200,25 @@ def check_encoder_layer_parameters(encoder_layer_parameters) -> None:
             _encoder_layer_count(d_model, num_heads, d_ff),
             f"encoder_layer_parameters(d_model={d}, d_ff={f}, num_heads={h})",
             mistakes={
-                "the biases are missing: every Linear / Dense layer has one per output": 4 * d * d + 2 * d * f + norms,
-                "the two LayerNorms are missing: each has gamma and beta, d_model numbers each": attention + ffn,
-                "the LayerNorms count 2 * d_model in total; there are two of them, each with gamma and beta "
-                "(4 * d_model)": attention + ffn + 2 * d,
-                "the attention count grew with num_heads; the heads split d_model, so the four projections are "
-                "d_model x d_model in total whatever the number of heads": h * attention + ffn + norms,
-                "the projections were counted as d_model x d_head; the heads sit side by side, so each projection is "
-                "d_model x d_model": 4 * d * (d // h) + 4 * (d // h) + ffn + norms,
-                "the output projection W_O is missing from the attention (4 projections: wq, wk, wv, wo)": 3 * d * d
+                "the text says: the projections and linear1, linear2 have biases; in yours the biases are missing "
+                "(every Linear / Dense layer has one per output)": 4 * d * d + 2 * d * f + norms,
+                "the text says: the two LayerNorms of the two Add & Norm steps count too; in yours the two "
+                "LayerNorms are missing (each has gamma and beta, d_model numbers each)": attention + ffn,
+                "the text says: the TWO LayerNorms of the two Add & Norm steps; yours counts 2 * d_model in total, "
+                "but there are two of them, each with gamma and beta (4 * d_model)": attention + ffn + 2 * d,
+                "the text says: the four projections wq, wk, wv, wo; in yours the attention count grew with "
+                "num_heads, but the heads split d_model, so the four are d_model x d_model whatever the number of "
+                "heads": h * attention + ffn + norms,
+                "the text says: the four projections wq, wk, wv, wo; yours counted them as d_model x d_head, but the "
+                "heads sit side by side, so each is d_model x d_model": 4 * d * (d // h) + 4 * (d // h) + ffn
+                + norms,
+                "the text says: the four projections wq, wk, wv, wo; in yours the output projection W_O is "
+                "missing": 3 * d * d
                 + 3 * d
                 + ffn
                 + norms,
-                "the feed-forward biases are off: b1 has d_ff entries and b2 has d_model": attention
+                "the text says: linear1, linear2 with biases; in yours the feed-forward biases are off (b1 has d_ff "
+                "entries and b2 has d_model)": attention
                 + 2 * d * f
                 + 2 * d
                 + norms,
@@ -231,14 +247,15 @@ def check_feed_forward(feed_forward) -> None:
             np.maximum(0, hidden) @ w2 + b2,
             f"feed_forward(x of shape {shape}, w1 of shape {w1.shape}, ...)",
             mistakes={
-                "the ReLU is missing: the text says max(0, x W1 + b1) W2 + b2": hidden @ w2 + b2,
-                "the ReLU went before the bias: the text says max(0, x W1 + b1), bias inside": np.maximum(0, x @ w1)
-                @ w2 + b1 @ w2 + b2,
-                "a ReLU was applied to the output too; the text applies it to the hidden layer only": np.maximum(
-                    0, np.maximum(0, hidden) @ w2 + b2
+                "the text says: max(0, x W1 + b1) W2 + b2; in yours the ReLU is missing": hidden @ w2 + b2,
+                "the text says: max(0, x W1 + b1), the bias inside; in yours the ReLU went before the bias": (
+                    np.maximum(0, x @ w1) @ w2 + b1 @ w2 + b2
                 ),
-                "the second bias b2 is missing": np.maximum(0, hidden) @ w2,
-                "the first bias b1 is missing": np.maximum(0, x @ w1) @ w2 + b2,
+                "the text says: max(0, x W1 + b1) W2 + b2, a ReLU on the hidden layer only; yours applied one to "
+                "the output too": np.maximum(0, np.maximum(0, hidden) @ w2 + b2),
+                "the text says: ... W2 + b2; in yours the second bias b2 is missing": np.maximum(0, hidden) @ w2,
+                "the text says: max(0, x W1 + b1); in yours the first bias b1 is missing": np.maximum(0, x @ w1) @ w2
+                + b2,
             },
             atol=1e-8,
         )
@@ -265,15 +282,15 @@ def _check_layer_norm_framework(layer_norm_fw, track: str) -> None:
             reference_layer_norm(x64, g64, b64, eps=used),
             f"{name}(x of shape {x.shape}{'' if eps is None else f', eps={eps}'})",
             mistakes={
-                "the statistics are still taken over axis 1, the sequence (the original bug); the text says to "
-                "normalise the d_model numbers of every position: the last axis": g64 * _normalised(x64, 1, eps=used)
-                + b64,
-                "the statistics were taken over the batch axis; the text says the last axis": g64
-                * _normalised(x64, 0, eps=used) + b64,
-                "the variance is the unbiased one (torch.var's default); the text says biased variance": g64
+                "the text says: normalise the d_model numbers of every position (the last axis); in yours the "
+                "statistics are still taken over axis 1, the sequence (the original bug)": g64
+                * _normalised(x64, 1, eps=used) + b64,
+                "the text says: normalise the d_model numbers of every position (the last axis); yours took the "
+                "statistics over the batch axis": g64 * _normalised(x64, 0, eps=used) + b64,
+                "the text says: biased variance; yours is the unbiased one (torch.var's default)": g64
                 * _normalised(x64, -1, ddof=1, eps=used) + b64,
-                "epsilon is added outside the square root; the text says inside: sqrt(var + eps)": g64
-                * _normalised(x64, -1, eps=used, eps_outside=True) + b64,
+                "the text says: eps added to the variance inside the square root; in yours epsilon is added outside "
+                "the square root": g64 * _normalised(x64, -1, eps=used, eps_outside=True) + b64,
             },
             **tolerance(track),
         )
@@ -283,7 +300,7 @@ def _check_layer_norm_framework(layer_norm_fw, track: str) -> None:
         upstream = generator.standard_normal(x.shape).astype(np.float32)
         result, grads, why = torch_gradients(layer_norm_fw, (x_tensor, gamma_tensor, beta_tensor), upstream)
         if grads[0] is None or not np.abs(to_numpy(grads[0])).sum() > 0:
-            raise CheckFailed(f"x receives no gradient from {name}: the text says gradients must reach x (no "
+            raise CheckFailed(f"the text says: let gradients reach x; x receives no gradient from {name} (no "
                               ".detach(), no torch.no_grad(), no NumPy round trip)" + (f"; {why}" if why else ""))
 
 
@@ -325,13 +342,13 @@ def check_layer_norm_input_grad(layer_norm_input_grad) -> None:
             grad.numpy(),
             f"layer_norm_input_grad(x of shape {shape}{'' if eps is None else f', eps={eps}'})",
             mistakes={
-                "this treats the mean and variance as constants (gamma * upstream / std); the text's formula "
-                "subtracts mean(g) and x_hat * mean(g * x_hat): the statistics depend on x too": g * inv_std,
-                "the term x_hat * mean(g * x_hat) (the variance's dependence on x) is missing": inv_std
-                * (g - g.mean(-1, keepdims=True)),
-                "the term mean(g) (the mean's dependence on x) is missing": inv_std
-                * (g - x_hat * (g * x_hat).mean(-1, keepdims=True)),
-                "gamma is missing: the text's g is gamma * upstream": inv_std
+                "the text says: the result is (g - mean(g) - x_hat mean(g x_hat)) / sqrt(var + eps); yours treats "
+                "the mean and variance as constants (gamma * upstream / std), but they depend on x too": g * inv_std,
+                "the text says: ... - x_hat mean(g x_hat); in yours that term (the variance's dependence on x) is "
+                "missing": inv_std * (g - g.mean(-1, keepdims=True)),
+                "the text says: g - mean(g) - ...; in yours the term mean(g) (the mean's dependence on x) is "
+                "missing": inv_std * (g - x_hat * (g * x_hat).mean(-1, keepdims=True)),
+                "the text says: g = gamma * dL/dy; in yours gamma is missing": inv_std
                 * (upstream - upstream.mean(-1, keepdims=True) - x_hat * (upstream * x_hat).mean(-1, keepdims=True)),
             },
             atol=1e-7,
@@ -345,21 +362,23 @@ def check_dropout_hit_fraction(dropout_hit_fraction) -> None:
     for rate, layers in [(0.1, 6), (0.5, 1), (0.1, 1), (0.3, 12), (0.0, 6), (0.2, 3)]:
         answer = call(dropout_hit_fraction, rate, layers)
         if isinstance(answer, bool) or not isinstance(answer, float | int | np.floating):
-            raise CheckFailed(f"dropout_hit_fraction should return a number (a float), as the text says; got "
-                              f"{type(answer).__name__} {_short(answer)}")
+            raise CheckFailed(f"the text says: return the fraction as a float; dropout_hit_fraction returned "
+                              f"{type(answer).__name__} {_short(answer)}, not a number")
         expected = 1 - (1 - rate) ** layers
         expect_close(
             np.float64(answer),
             np.float64(expected),
             f"dropout_hit_fraction(rate={rate}, layers={layers})",
             mistakes={
-                "rate * layers adds the probabilities as if no entry could be dropped twice; an entry survives "
-                "every block with probability (1 - rate) ** layers": np.float64(rate * layers),
-                "this is the fraction that survives every block; the text asks for the fraction zeroed at least "
-                "once": np.float64((1 - rate) ** layers),
-                "this is the fraction dropped by one block; the text asks about all `layers` blocks": np.float64(rate),
-                "rate ** layers is the fraction dropped by every block; the text asks for at least once": np.float64(
-                    rate**layers
+                "the text says: each block draws its mask independently; rate * layers adds the probabilities as if "
+                "no entry could be dropped twice (an entry survives every block with probability "
+                "(1 - rate) ** layers)": np.float64(rate * layers),
+                "the text says: the fraction zeroed at least once; this is the fraction that survives every "
+                "block": np.float64((1 - rate) ** layers),
+                "the text says: on their way through `layers` such blocks; this is the fraction dropped by one "
+                "block": np.float64(rate),
+                "the text says: zeroed at least once; rate ** layers is the fraction dropped by every block": (
+                    np.float64(rate**layers)
                 ),
             },
             atol=1e-9,

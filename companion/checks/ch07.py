@@ -53,31 +53,28 @@ def check_count_parameters(count_parameters) -> None:
         assert expected == _count(*config)
         answer = call(count_parameters, *config)
         if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"count_parameters{config} should return an integer; got {type(answer).__name__} "
-                              f"{_short(answer)}")
+            raise CheckFailed(f"the text says: return the number as an int; count_parameters{config} should return "
+                              f"an integer; got {type(answer).__name__} {_short(answer)}")
         answer = int(answer)
         expect_equal(
             answer,
             expected,
             f"count_parameters{config}",
             mistakes={
-                "the biases are missing: every Linear / Dense layer has one (d_out numbers)": _count(
-                    *config, biases=False
+                "the text says: every Linear / Dense layer has a bias; in yours the biases are missing (d_out "
+                "numbers each)": _count(*config, biases=False),
+                "the text says: every LayerNorm has a scale and a shift; in yours the LayerNorm weights are missing "
+                "(d_model numbers each)": _count(*config, norms=False),
+                "the text says: every LayerNorm has a scale AND a shift, 2 * d_model numbers; yours counted one "
+                "vector": _count(*config, norm_shift=False),
+                "the text asks for the course's Transformer with num_layers decoder layers; yours counted a decoder "
+                "layer like an encoder layer, but it also has a cross-attention and a third LayerNorm": _count(
+                    *config, cross=False
                 ),
-                "the LayerNorm weights are missing: each has a scale and a shift of d_model numbers": _count(
-                    *config, norms=False
-                ),
-                "each LayerNorm has two vectors (scale and shift), 2 * d_model numbers, not one": _count(
-                    *config, norm_shift=False
-                ),
-                "a decoder layer was counted like an encoder layer: it also has a cross-attention and a third "
-                "LayerNorm": _count(*config, cross=False),
-                "the output projection W_O of each attention is missing: 4 projections per attention, not 3": _count(
-                    *config, output_projection=False
-                ),
-                "the final Linear / Dense layer (d_model -> tgt_vocab_size, with bias) is missing": _count(
-                    *config, generator=False
-                ),
+                "the text asks for the course's Transformer; in yours the output projection W_O of each attention is "
+                "missing (4 projections per attention, not 3)": _count(*config, output_projection=False),
+                "the text says: the model ends with a Linear / Dense layer from d_model to tgt_vocab_size; in yours "
+                "the final Linear / Dense layer (with bias) is missing": _count(*config, generator=False),
             },
         )
 
@@ -104,20 +101,23 @@ def check_teacher_forcing_split(teacher_forcing_split) -> None:
     for ids in _target_batches(4):
         answer = call(teacher_forcing_split, ids.copy())
         if not isinstance(answer, tuple | list) or len(answer) != 2:
-            raise CheckFailed("teacher_forcing_split should return two arrays: (decoder_input, labels)")
+            raise CheckFailed("the text says: teacher_forcing_split returns (decoder_input, labels); yours did not "
+                              "return two arrays")
         decoder_input, labels = (to_numpy(a) for a in answer)
         expected_input, expected_labels = ids[:, :-1], ids[:, 1:]
         if decoder_input.shape == ids.shape or labels.shape == ids.shape:
             raise CheckFailed(
-                f"for a target of shape {ids.shape} both parts should have shape {expected_input.shape}: the input "
-                "drops the last token and the labels drop the first"
+                f"the text says: both of shape (batch, tgt_len - 1); for a target of shape {ids.shape} both parts "
+                f"should have shape {expected_input.shape}: the input drops the last token and the labels drop the "
+                "first"
             )
         if np.array_equal(decoder_input, expected_labels) and np.array_equal(labels, expected_input):
-            raise CheckFailed("input and labels are swapped: the decoder input starts with <s>, the labels do not")
+            raise CheckFailed("the text says: return (decoder_input, labels), in that order; yours are swapped: the "
+                              "decoder input starts with <s>, the labels do not")
         if decoder_input.shape == labels.shape and np.array_equal(decoder_input, labels):
             raise CheckFailed(
-                "the labels equal the decoder input: the model would learn to copy its input; the label at each "
-                "position is the *next* token"
+                "the text says: the label is the token that FOLLOWS the decoder's input token; yours equal the "
+                "decoder input, so the model would learn to copy its input"
             )
         expect_close(decoder_input, expected_input, "the decoder input", atol=0)
         expect_close(
@@ -125,7 +125,8 @@ def check_teacher_forcing_split(teacher_forcing_split) -> None:
             expected_labels,
             "the labels",
             atol=0,
-            mistakes={"the labels were shifted the wrong way: they drop <s>, not the last token": expected_input},
+            mistakes={"the text says: the label is the token that follows the input token; yours were shifted the "
+                      "wrong way: the labels drop <s>, not the last token": expected_input},
         )
 
 
@@ -148,15 +149,19 @@ def check_warmup_lr(warmup_lr) -> None:
             rtol=1e-6,
             atol=0,
             mistakes={
-                "max where the formula has min: the rate must take the smaller of the two terms": d_model**-0.5
-                * np.maximum(s**-0.5, s * warmup**-1.5),
-                "the warm-up term uses warmup_steps ** -0.5; it is step * warmup_steps ** -1.5": d_model**-0.5
-                * np.minimum(s**-0.5, s * warmup**-0.5),
-                "the factor d_model ** -0.5 is missing": np.minimum(s**-0.5, s * warmup**-1.5),
-                "the decay term is sqrt(step); it is step ** -0.5 = 1 / sqrt(step)": d_model**-0.5
+                "the text says: min(step^-0.5, step * warmup_steps^-1.5); yours has max where the formula has "
+                "min": d_model**-0.5 * np.maximum(s**-0.5, s * warmup**-1.5),
+                "the text says: step * warmup_steps ** -1.5; your warm-up term uses warmup_steps ** -0.5": (
+                    d_model**-0.5 * np.minimum(s**-0.5, s * warmup**-0.5)
+                ),
+                "the text says: lr = d_model^-0.5 * min(...); in yours the factor d_model ** -0.5 is missing": (
+                    np.minimum(s**-0.5, s * warmup**-1.5)
+                ),
+                "the text says: step^-0.5 = 1 / sqrt(step); your decay term is sqrt(step)": d_model**-0.5
                 * np.minimum(s**0.5, s * warmup**-1.5),
-                "off by one: step counts from 1 (the first update), do not add or subtract 1": d_model**-0.5
-                * np.minimum((s + 1) ** -0.5, (s + 1) * warmup**-1.5),
+                "the text says: step counts updates from 1; yours is off by one (do not add or subtract 1)": (
+                    d_model**-0.5 * np.minimum((s + 1) ** -0.5, (s + 1) * warmup**-1.5)
+                ),
             },
         )
 
@@ -184,16 +189,18 @@ def smoothed_loss_variants(logits: np.ndarray, labels: np.ndarray, smoothing: fl
     per_sentence = [per_token[r][keep[r]].mean() for r in range(len(labels)) if keep[r].any()]
     return {
         "right": (per_token * keep).sum() / count,
-        "PAD positions were averaged in: sum over the non-PAD positions and divide by their number": per_token.mean(),
-        "the smoothing is missing: mix (1 - smoothing) * nll with smoothing * the mean of -log p": (nll * keep).sum()
-        / count,
-        "the smoothing went to the other tokens only (smoothing / (vocab - 1) each); here it is spread over the "
-        "whole vocabulary, the right token included": (((1 - smoothing) * nll + smoothing * others) * keep).sum()
-        / count,
-        "the loss is summed, not averaged over the non-PAD positions": (per_token * keep).sum(),
-        "each sentence was averaged first: average over all non-PAD positions of the batch at once": np.mean(
-            per_sentence
-        ),
+        "the text says: the mean over the non-PAD positions; in yours PAD positions were averaged in (sum over the "
+        "non-PAD positions and divide by their number)": per_token.mean(),
+        "the text says: (1 - eps) (-log p_label) + eps * the mean of -log p_v; in yours the smoothing is missing": (
+            nll * keep
+        ).sum() / count,
+        "the text says: spread eps evenly over all V tokens, the right one included; yours gave the smoothing to "
+        "the other tokens only (smoothing / (vocab - 1) each)": (
+            ((1 - smoothing) * nll + smoothing * others) * keep
+        ).sum() / count,
+        "the text says: the MEAN over the non-PAD positions; yours is summed, not averaged": (per_token * keep).sum(),
+        "the text says: the mean over the non-PAD positions of the whole batch; in yours each sentence was averaged "
+        "first": np.mean(per_sentence),
     }
 
 
@@ -217,7 +224,8 @@ def _check_loss(loss_fn, convert, name: str, track: str = "numpy") -> None:
         expect_type(result, track, f"the loss of {name}", "float")
         answer = to_numpy(result)
         if answer.size != 1:
-            raise CheckFailed(f"{name} should return one number (a scalar); got shape {answer.shape}")
+            raise CheckFailed(f"the text says: return a scalar tensor; {name} returned shape {answer.shape}, not one "
+                              "number")
         expect_close(
             answer.reshape(()),
             np.asarray(expected),
@@ -247,10 +255,12 @@ def check_label_smoothed_loss_torch(label_smoothed_loss_torch) -> None:
         _, grads, why = torch_gradients(label_smoothed_loss_torch, (torch.as_tensor(logits), torch.as_tensor(labels),
                                                                     smoothing, pad_id), 1.0)
     except Exception as error:
-        raise CheckFailed(f"the loss could not be differentiated: {type(error).__name__}: {error}") from None
+        raise CheckFailed(f"the text says: a scalar tensor that training can differentiate; the loss could not be "
+                          f"differentiated: {type(error).__name__}: {error}") from None
     if grads[0] is None:
-        raise CheckFailed("the loss cannot be differentiated with respect to the logits: return the tensor itself "
-                          f"(not float(loss), loss.item() or a NumPy value); {why}")
+        raise CheckFailed("the text says: a scalar tensor that training can differentiate; the loss cannot be "
+                          "differentiated with respect to the logits: return the tensor itself (not float(loss), "
+                          f"loss.item() or a NumPy value); {why}")
 
 
 @exercise(CHAPTER, "label_smoothed_loss_keras", "label-smoothed cross-entropy over non-PAD positions (Keras)", "keras",
@@ -271,10 +281,12 @@ def check_label_smoothed_loss_keras(label_smoothed_loss_keras) -> None:
                                                                     ops.convert_to_tensor(labels.astype("int32")),
                                                                     smoothing, pad_id), 1.0)
     except Exception as error:
-        raise CheckFailed(f"the loss could not be differentiated: {type(error).__name__}: {error}") from None
+        raise CheckFailed(f"the text says: a scalar tensor that training can differentiate; the loss could not be "
+                          f"differentiated: {type(error).__name__}: {error}") from None
     if grads[0] is None and not why.startswith("the output is a"):  # not a tensor at all: expect_type names that
-        raise CheckFailed("the loss cannot be differentiated with respect to the logits: return the Keras tensor "
-                          f"itself (no keras.ops.stop_gradient, no float(loss) or NumPy value); {why}")
+        raise CheckFailed("the text says: a scalar tensor that training can differentiate; the loss cannot be "
+                          "differentiated with respect to the logits: return the Keras tensor itself (no "
+                          f"keras.ops.stop_gradient, no float(loss) or NumPy value); {why}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -322,16 +334,17 @@ def _greedy_mistakes(script: np.ndarray, max_len: int) -> dict[str, np.ndarray]:
     full[:, : right.shape[1]] = right
     first_done = int(np.argmax((right == EOS_ID).any(axis=0))) + 1 if (right == EOS_ID).any() else right.shape[1]
     mistakes = {
-        "the output starts with <s>: return only the generated tokens": np.concatenate(
-            [np.full((batch, 1), BOS_ID), right], axis=1
+        "the text says: return the generated ids WITHOUT the leading bos_id; your output starts with <s>": (
+            np.concatenate([np.full((batch, 1), BOS_ID), right], axis=1)
         ),
-        "the loop went on to max_len after every sentence had finished: stop as soon as all have produced </s>": full,
-        "the loop stopped when the first sentence finished: stop only when every sentence has produced </s>": right[
-            :, :first_done
-        ],
+        "the text says: stop as soon as every sentence is finished; your loop went on to max_len after every "
+        "sentence had finished": full,
+        "the text says: stop as soon as EVERY sentence is finished; your loop stopped when the first sentence "
+        "finished": right[:, :first_done],
     }
     if column is not None:
-        mistakes["a finished sentence kept generating: after </s> it must get PAD"] = column
+        mistakes["the text says: a sentence that has produced eos_id gets model.pad_id from then on; in yours a "
+                 "finished sentence kept generating"] = column
     return mistakes
 
 
@@ -359,9 +372,11 @@ def _torch_scripted_model(script: np.ndarray, vocab: int = 24):
             self.calls += 1
             batch, steps = tgt_ids.shape
             if batch != self.script.shape[0] or memory.shape[0] != batch:
-                raise ValueError(f"expected a batch of {self.script.shape[0]} rows; got {batch}")
+                raise ValueError(f"the text says: decode the whole batch at once; expected a batch of "
+                                 f"{self.script.shape[0]} rows, got {batch}")
             if not bool((tgt_ids[:, 0] == BOS_ID).all()):
-                raise ValueError("every decoder input must start with <s> (bos_id)")
+                raise ValueError("the text says: start every sentence with bos_id; every decoder input must start "
+                                 "with <s>")
             index = torch.arange(steps).clamp(max=self.script.shape[1] - 1)
             logits = torch.zeros(batch, steps, vocab)
             logits.scatter_(2, self.script[:, index][..., None], 5.0)
@@ -392,9 +407,11 @@ def _keras_scripted_model(script: np.ndarray, vocab: int = 24):
             ids = ops.convert_to_numpy(tgt_ids)
             batch, steps = ids.shape
             if batch != script.shape[0]:
-                raise ValueError(f"expected a batch of {script.shape[0]} rows; got {batch}")
+                raise ValueError(f"the text says: decode the whole batch at once; expected a batch of "
+                                 f"{script.shape[0]} rows, got {batch}")
             if not (ids[:, 0] == BOS_ID).all():
-                raise ValueError("every decoder input must start with <s> (bos_id)")
+                raise ValueError("the text says: start every sentence with bos_id; every decoder input must start "
+                                 "with <s>")
             index = np.minimum(np.arange(steps), script.shape[1] - 1)
             logits = np.eye(vocab, dtype="float32")[script[:, index]] * 5.0
             return ops.convert_to_tensor(logits)
@@ -407,7 +424,8 @@ def _check_greedy(decode_fn, make_model, to_ids, name: str) -> None:
     script = np.array([[5, 6, 7, 8, 9, EOS_ID]])
     answer = to_numpy(call(decode_fn, make_model(script), to_ids(np.full((1, 3), 7)), BOS_ID, EOS_ID, 10))
     if answer.shape[1:] and answer.shape[1] >= 2 and answer[0, 0] == 5 and answer[0, 1] == 5:
-        raise CheckFailed(f"{name}: the next token must be read at the last position (logits[:, -1]), not the first")
+        raise CheckFailed(f"the text says: append the most likely token of the LAST position; {name} read the next "
+                          "token at the first position; read it at the last position, logits[:, -1]")
     for case, (script, max_len) in enumerate(decoding_scripts(6)):
         model = make_model(script)
         src = to_ids(np.full((script.shape[0], 5), 7, dtype=np.int64))
@@ -417,13 +435,13 @@ def _check_greedy(decode_fn, make_model, to_ids, name: str) -> None:
         expect_close(answer, expected, what, mistakes=_greedy_mistakes(script, max_len), atol=0)
         if model.encodes != 1:
             raise CheckFailed(
-                f"{what} called model.encode {model.encodes} times: encode the source once, before the loop, and "
-                "decode step by step with that memory"
+                f"the text says: encode the source once; {what} called model.encode {model.encodes} times: encode "
+                "the source once, before the loop, and decode step by step with that memory"
             )
         if model.calls > expected.shape[1]:
             raise CheckFailed(
-                f"{what} called model.decode {model.calls} times for {expected.shape[1]} tokens: the loop should stop "
-                "as soon as every sentence has produced </s>"
+                f"the text says: stop as soon as every sentence is finished; {what} called model.decode "
+                f"{model.calls} times for {expected.shape[1]} tokens"
             )
 
 
@@ -481,29 +499,32 @@ def _check_masked_nll(masked_nll, track: str) -> None:
             np.float64(nll[keep].mean()),
             f"{name}(logits {logits.shape}, labels {labels.shape}, pad_id={pad_id})",
             mistakes={
-                "the mean still runs over every position, PAD included (the original bug); the text says the mean "
-                "over the non-PAD positions: divide by the number of real tokens": np.float64(
+                "the text says: the mean over the non-PAD positions; in yours the mean still runs over every "
+                "position, PAD included (the original bug): divide by the number of real tokens": np.float64(
                     (nll * keep).sum() / nll.size
                 ),
-                "PAD positions are counted in the loss; the text says non-PAD positions only": np.float64(nll.mean()),
-                "this is the mean of each sentence's mean; the text asks for the mean over all the batch's "
-                "non-PAD positions": np.float64(np.mean([nll[b][keep[b]].mean() for b in range(len(nll))])),
-                "the sum over the non-PAD positions; the text asks for their mean": np.float64(nll[keep].sum()),
+                "the text says: the mean over the non-PAD positions only; in yours PAD positions are counted in the "
+                "loss": np.float64(nll.mean()),
+                "the text says: the mean over the non-PAD positions of a batch; yours is the mean of each sentence's "
+                "mean": np.float64(np.mean([nll[b][keep[b]].mean() for b in range(len(nll))])),
+                "the text says: the MEAN over the non-PAD positions; yours is the sum over the non-PAD "
+                "positions": np.float64(nll[keep].sum()),
             },
             **tolerance(track),
         )
         expect_type(answer, track, f"the result of {name}", "float")
         if to_numpy(answer).shape != ():
-            raise CheckFailed(f"{name} should return a scalar (shape ()), as the text says; got shape "
-                              f"{to_numpy(answer).shape}")
+            raise CheckFailed(f"the text says: the result is a scalar float tensor (shape ()); {name} returned "
+                              f"shape {to_numpy(answer).shape}")
     if track == "torch":
         import torch
 
         logits, labels, pad_id = next(iter(_masked_nll_cases()))
         _, grads, why = torch_gradients(masked_nll, (torch.as_tensor(logits), torch.as_tensor(labels), pad_id), 1.0)
         if grads[0] is None:
-            raise CheckFailed(f"{name} cannot be differentiated with respect to the logits, and the text says "
-                              f"training differentiates it: return the tensor itself (not .item() or NumPy); {why}")
+            raise CheckFailed(f"the text says: a scalar float tensor that training can differentiate; {name} "
+                              "cannot be differentiated with respect to the logits: return the tensor itself (not "
+                              f".item() or NumPy); {why}")
 
 
 @exercise(CHAPTER, "masked_nll_torch", "find the bug: mean cross-entropy over the non-PAD tokens (PyTorch)", "torch",
@@ -525,8 +546,8 @@ def check_decode_calls(decode_calls) -> None:
     for eos_steps, max_len in cases:
         answer = call(decode_calls, list(eos_steps), max_len)
         if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"decode_calls should return an int, as the text says; got {type(answer).__name__} "
-                              f"{_short(answer)}")
+            raise CheckFailed(f"the text says: return the number as an int; decode_calls should return an int, got "
+                              f"{type(answer).__name__} {_short(answer)}")
         known = [s for s in eos_steps if s is not None]
         never = len(known) < len(eos_steps)
         expected = max_len if never else min(max(known), max_len)
@@ -535,15 +556,16 @@ def check_decode_calls(decode_calls) -> None:
             expected,
             f"decode_calls(eos_steps={eos_steps}, max_len={max_len})",
             mistakes={
-                "a sentence that never produces </s> keeps the loop running until max_len (the text: None means "
-                "never)": min(max(known), max_len) if known and never else -1,
-                "the loop also stops after max_len steps (the text: or after max_len steps)": max(known) if known
-                and not never else -1,
-                "the loop stops when every sentence has finished, so the slowest one decides (the text: stop when "
-                "every sentence has produced </s>), not the first": min(min(known), max_len) if known else -1,
-                "one call per generated token of every sentence is what a loop over sentences makes; the batched "
-                "loop makes one call per step for the whole batch": sum(min(s or max_len, max_len) for s in eos_steps)
-                if len(eos_steps) > 1 else -1,
+                "the text says: None means never; a sentence that never produces </s> keeps the loop running until "
+                "max_len": min(max(known), max_len) if known and never else -1,
+                "the text says: stop when every sentence has produced </s>, or after max_len steps; the loop also "
+                "stops after max_len steps": max(known) if known and not never else -1,
+                "the text says: stop when EVERY sentence has produced </s>, so the slowest one decides, not the "
+                "first": min(min(known), max_len) if known else -1,
+                "the text says: one decode call per step; one call per generated token of every sentence is what a "
+                "loop over sentences makes, the batched loop makes one per step for the whole batch": sum(
+                    min(s or max_len, max_len) for s in eos_steps
+                ) if len(eos_steps) > 1 else -1,
             },
         )
 
@@ -566,22 +588,24 @@ def check_best_hypothesis(best_hypothesis) -> None:
     for hypotheses, alpha in cases:
         answer = call(best_hypothesis, [list(h) for h in hypotheses], alpha)
         if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"best_hypothesis should return an int index, as the text says; got "
-                              f"{type(answer).__name__} {_short(answer)}")
+            raise CheckFailed(f"the text says: return the int index of the best one; best_hypothesis should return "
+                              f"an int index, got {type(answer).__name__} {_short(answer)}")
 
         def best(score, hypotheses=hypotheses):
             return int(np.argmax([score(h) for h in hypotheses]))
 
         expected = best(lambda h, a=alpha: sum(h) / ((5.0 + len(h)) / 6.0) ** a)
         wrong = {
-            "the length counted <s>: the text's length is the number of the hypothesis's log-probabilities": best(
-                lambda h, a=alpha: sum(h) / ((6.0 + len(h)) / 6.0) ** a),
-            "the score was not divided by the length penalty ((5 + length) / 6) ** alpha": best(sum),
-            "the mean log-probability is not the text's penalty: divide the sum by ((5 + length) / 6) ** alpha":
-                best(lambda h: sum(h) / len(h)),
-            "the penalty multiplied the sum; the text divides by ((5 + length) / 6) ** alpha": best(
+            "the text says: length is the number of the hypothesis's log-probabilities; yours counted <s> in the "
+            "length": best(lambda h, a=alpha: sum(h) / ((6.0 + len(h)) / 6.0) ** a),
+            "the text says: divide the sum by the length penalty ((5 + length) / 6) ** alpha; your score was not "
+            "divided": best(sum),
+            "the text says: divide the sum by ((5 + length) / 6) ** alpha; the mean log-probability is not that "
+            "penalty": best(lambda h: sum(h) / len(h)),
+            "the text says: the sum DIVIDED by ((5 + length) / 6) ** alpha; your penalty multiplied the sum": best(
                 lambda h, a=alpha: sum(h) * ((5.0 + len(h)) / 6.0) ** a),
-            "the lowest score was picked; the best hypothesis has the highest (least negative) score": int(
+            "the text says: return the index of the best one; yours picked the lowest score, the best has the "
+            "highest (least negative)": int(
                 np.argmin([sum(h) / ((5.0 + len(h)) / 6.0) ** alpha for h in hypotheses])),
         }
         expect_equal(int(answer), expected,

@@ -76,15 +76,15 @@ def check_bpe_merge(bpe_merge) -> None:
             merge_pair(tokens, pair, new),
             f"bpe_merge({tokens}, {pair}, {new})",
             mistakes={
-                "only the first occurrence was merged; replace every occurrence": _merge_first_only(tokens, pair, new),
-                "after a merge, skip both tokens of the pair (move on by two, not one)": _merge_step_one(
-                    tokens, pair, new
+                "the text says: every occurrence is replaced; in yours only the first occurrence was merged": (
+                    _merge_first_only(tokens, pair, new)
                 ),
-                "the scan went from right to left; with overlapping occurrences such as (a, a) in [a, a, a] the "
-                "leftmost pair is merged first: [new, a]": _merge_right_to_left(tokens, pair, new),
-                "the last token went missing: when the scan stops, keep the token that had no partner": (
-                    _merge_drop_last(tokens, pair, new)
-                ),
+                "the text says: occurrences do not overlap, so bpe_merge([5, 5, 5], (5, 5), 9) is [9, 5]; after a "
+                "merge, skip both tokens of the pair (move on by two, not one)": _merge_step_one(tokens, pair, new),
+                "the text says: scan from left to right; yours went from right to left (in [a, a, a] the leftmost "
+                "(a, a) is merged first: [new, a])": _merge_right_to_left(tokens, pair, new),
+                "the text says: return the list with every occurrence replaced; in yours the last token went "
+                "missing (keep the token that had no partner)": _merge_drop_last(tokens, pair, new),
             },
         )
 
@@ -134,14 +134,13 @@ def check_best_pair(best_pair) -> None:
             _best(_pair_counts(word_counts)),
             f"best_pair({word_counts})",
             mistakes={
-                "every word was counted once; a word that occurs n times in the corpus adds n to each of its pairs": (
+                "the text says: a pair counts ... times the word's count; in yours every word was counted once": (
                     _best(_pair_counts(word_counts, weighted=False))
                 ),
-                "a pair was counted once per word; count every position where it occurs ((7, 7) occurs 3 times in "
-                "(7, 7, 7, 7))": _best(_pair_counts(word_counts, once_per_word=True)),
-                "on a tie, return the smallest pair (compare the tuples), as tokenizers does": _best(
-                    _pair_counts(word_counts), largest_on_tie=True
-                ),
+                "the text says: a pair counts every time it occurs in a word; yours counted once per word ((7, 7) "
+                "occurs 3 times in (7, 7, 7, 7))": _best(_pair_counts(word_counts, once_per_word=True)),
+                "the text says: when several pairs are equally frequent, return the smallest one (compare the "
+                "tuples); yours picked another pair on a tie": _best(_pair_counts(word_counts), largest_on_tie=True),
             },
         )
 
@@ -162,22 +161,24 @@ def check_temperature_softmax(temperature_softmax) -> None:
         what = f"temperature_softmax(logits of shape {logits.shape}, temperature={t})"
         if answer.shape == logits.shape and answer.dtype.kind == "f" and not np.isfinite(answer).all():
             raise CheckFailed(
-                f"{what} contains NaN or infinity: exp overflows for logits like 1000; subtract each row's maximum "
-                "before exp (it does not change the softmax)"
+                f"the text says: it must work for logits as large as 1000; {what} contains NaN or infinity: exp "
+                "overflows, so subtract each row's maximum before exp (it does not change the softmax)"
             )
         expect_close(
             answer,
             softmax(logits / t),
             what,
             mistakes={
-                "the logits were multiplied by the temperature; divide them by it": softmax(logits * t),
-                "the softmax ran over the wrong axis: normalise each row (axis -1), one distribution per sequence": (
+                "the text says: softmax of logits / temperature; in yours the logits were multiplied by the "
+                "temperature": softmax(logits * t),
+                "the text says: softmax along the last axis; yours ran over the wrong axis (one distribution per "
+                "row)": (
                     np.exp(logits / t - (logits / t).max(0)) / np.exp(logits / t - (logits / t).max(0)).sum(0)
                 ),
-                "the temperature was applied after the softmax without normalising again": softmax(logits) ** (1 / t),
-                "the probabilities were divided by the temperature; divide the logits before the softmax": (
-                    softmax(logits) / t
-                ),
+                "the text says: softmax of logits / temperature; yours applied the temperature after the softmax "
+                "without normalising again": softmax(logits) ** (1 / t),
+                "the text says: softmax of logits / temperature; in yours the probabilities were divided by the "
+                "temperature": softmax(logits) / t,
             },
         )
 
@@ -201,15 +202,15 @@ def _nucleus_mistakes(probs, p):
     unsorted = (np.cumsum(probs, axis=-1) - probs) < p
     right = top_p_mask(np.log(probs), p)
     return {
-        "the nucleus is the smallest set whose mass reaches p: keep the token that crosses p too": _renormalise(
-            probs, strict
+        "the text says: the smallest set whose probabilities add up to at least p, so the token that crosses p is "
+        "kept; yours left it out": _renormalise(probs, strict),
+        "the text says: renormalise the row to sum to 1; the kept probabilities were not renormalised": np.where(
+            right, probs, 0.0
         ),
-        "the kept probabilities must be renormalised to sum to 1": np.where(right, probs, 0.0),
-        "sort the probabilities in decreasing order before the running sum; the nucleus is the most likely "
-        "tokens": _renormalise(probs, unsorted),
-        "p is a bound on the total mass of the kept tokens, not on each token's probability": _renormalise(
-            probs, (probs >= p) | (probs == probs.max(-1, keepdims=True))
-        ),
+        "the text says: keep the most likely tokens; sort the probabilities in decreasing order before the "
+        "running sum": _renormalise(probs, unsorted),
+        "the text says: the kept probabilities add up to at least p; p is a bound on their total mass, not on "
+        "each token's probability": _renormalise(probs, (probs >= p) | (probs == probs.max(-1, keepdims=True))),
     }
 
 
@@ -258,31 +259,34 @@ def _check_cached_attention(cached_attention, to_framework, name: str, track: st
         what = f"{name}(q of shape {q.shape}, cache of shape {k_cache.shape})"
         result = call(cached_attention, *to_framework(q, k_new, v_new, k_cache, v_cache))
         if not isinstance(result, tuple | list) or len(result) != 3:
-            raise CheckFailed(f"{what} should return three things: (out, k_cache, v_cache)")
+            raise CheckFailed(f"the text says: return (out, k_cache, v_cache); {what} did not return three things")
         out, k_grown, v_grown = (to_numpy(r) for r in result)
         front = np.concatenate([k_new, k_cache], axis=2)
         expect_close(
             k_grown, k_all, f"the k_cache returned by {what}",
             mistakes={
-                "the new key went in front of the cache; append it at the end (position order)": front,
-                "the cache was not grown: return the old keys with the new one appended along the length axis "
-                "(axis 2)": k_cache,
+                "the text says: append at the end, along the length axis; the new key went in front of the "
+                "cache": front,
+                "the text says: append the new key to the cache (shape (batch, num_heads, past_len + 1, d_head)); "
+                "the cache was not grown": k_cache,
             },
         )
         expect_close(v_grown, v_all, f"the v_cache returned by {what}",
-                     mistakes={"the new value went in front of the cache; append it at the end": np.concatenate(
-                         [v_new, v_cache], axis=2)})
+                     mistakes={"the text says: append at the end, along the length axis; the new value went in "
+                               "front of the cache": np.concatenate([v_new, v_cache], axis=2)})
         expect_close(
             out,
             _attend(q, k_all, v_all, np.sqrt(d_head)),
             f"the output of {what}",
             mistakes={
-                "the new token attended only to the cache; it must also see itself (attend over the grown cache)": (
-                    _attend(q, k_cache, v_cache, np.sqrt(d_head))
-                ),
-                "the scores were divided by d_head; divide by sqrt(d_head)": _attend(q, k_all, v_all, d_head),
-                "the scores were not scaled: divide q k^T by sqrt(d_head)": _attend(q, k_all, v_all, 1.0),
-                "the output is the new value itself: the new token must attend over every cached position": v_new,
+                "the text says: attend over every position of the GROWN cache; the new token attended only to the "
+                "cache, not to itself": _attend(q, k_cache, v_cache, np.sqrt(d_head)),
+                "the text asks for scaled dot-product attention; the scores were divided by d_head, divide by "
+                "sqrt(d_head)": _attend(q, k_all, v_all, d_head),
+                "the text asks for scaled dot-product attention; the scores were not scaled: divide q k^T by "
+                "sqrt(d_head)": _attend(q, k_all, v_all, 1.0),
+                "the text says: the new token attends over every position of the grown cache; the output is the new "
+                "value itself": v_new,
             },
             atol=1e-4,
         )
@@ -339,13 +343,14 @@ def check_perplexity(perplexity) -> None:
             np.exp(nll.mean()),
             f"perplexity(logits of shape {logits.shape}, targets of shape {targets.shape})",
             mistakes={
-                "that is the mean cross-entropy; the perplexity is its exponential": nll.mean(),
-                "the mean of the per-token perplexities exp(loss_i) is not the perplexity: average the losses "
-                "first, then take exp": np.exp(nll).mean(),
-                "exp of the summed loss grows with the length of the text; average over the tokens": np.exp(
-                    nll.sum()
-                ),
-                "the probability of the predicted (arg-max) token was used; score the target token": np.exp(
+                "the text says: the exponential of the mean cross-entropy; yours is the mean cross-entropy, not its "
+                "exponential": nll.mean(),
+                "the text says: the exponential of the MEAN cross-entropy; yours is the mean of the per-token "
+                "perplexities exp(loss_i): average the losses first, then take exp": np.exp(nll).mean(),
+                "the text says: the mean cross-entropy over all positions; exp of the summed loss grows with the "
+                "length of the text, average over the tokens": np.exp(nll.sum()),
+                "the text says: targets holds the token that really came next; yours used the probability of the "
+                "predicted (arg-max) token, score the target token": np.exp(
                     _token_nll(logits, logits.argmax(-1)).mean()
                 ),
             },
@@ -382,16 +387,16 @@ def _check_causal_softmax(causal_softmax, track: str) -> None:
             answer = call(causal_softmax, *converter(track)(scores))
         except CheckFailed as failure:
             if dtype == np.float16 and "overflow" in str(failure):
-                raise CheckFailed(f"{what} fails: -1e9 does not fit in float16 (whose largest magnitude is 65504), "
-                                  "which was the original bug; the text says it must work for float16 scores: mask "
+                raise CheckFailed(f"the text says: it must work for float16 scores; {what} fails: -1e9 does not fit "
+                                  "in float16 (whose largest magnitude is 65504), which was the original bug: mask "
                                   "with the lowest value of the scores' dtype (torch.finfo(scores.dtype).min) or "
                                   "-inf") from None
             raise
         values = to_numpy(answer)
         if values.shape == scores.shape and np.isnan(values[..., 0, :]).any():
-            raise CheckFailed(f"{what} gives NaN in the first row: the mask hides the diagonal too (the original "
-                              "bug of the Keras version), so the first query has no key left; the text says query i "
-                              "attends to keys 0 .. i, itself included (mask above the diagonal only: k=1)")
+            raise CheckFailed(f"the text says: query i may attend to the keys 0 .. i, itself included; {what} gives "
+                              "NaN in the first row: the mask hides the diagonal too (the original bug of the Keras "
+                              "version), so the first query has no key left (mask above the diagonal only: k=1)")
         tol = {"atol": 2e-3, "rtol": 2e-3} if dtype == np.float16 or track == "keras" else {"atol": 1e-6,
                                                                                                "rtol": 1e-5}
         expect_close(
@@ -399,22 +404,23 @@ def _check_causal_softmax(causal_softmax, track: str) -> None:
             _causal_weights(scores),
             what,
             mistakes={
-                "the softmax runs without the causal mask; the text says query i attends to keys 0 .. i only": (
-                    _causal_weights(scores, np.zeros((seq_len, seq_len), dtype=bool))
-                ),
-                "the mask hides the diagonal too, so the first query has no key left (its row comes out uniform); "
-                "the text says query i attends to keys 0 .. i, itself included": _causal_weights(
+                "the text says: query i may attend to the keys 0 .. i only; your softmax runs without the causal "
+                "mask": _causal_weights(scores, np.zeros((seq_len, seq_len), dtype=bool)),
+                "the text says: query i may attend to the keys 0 .. i, itself included; your mask hides the "
+                "diagonal too, so the first query has no key left (its row comes out uniform)": _causal_weights(
                     scores, np.triu(np.ones((seq_len, seq_len), dtype=bool)), fill=-1e30
                 ),
-                "the mask hides the past instead of the future (below the diagonal); the text says keys 0 .. i": (
-                    _causal_weights(scores, np.tril(np.ones((seq_len, seq_len), dtype=bool), k=-1))
+                "the text says: query i may attend to the keys 0 .. i; your mask hides the past instead of the "
+                "future (below the diagonal)": _causal_weights(
+                    scores, np.tril(np.ones((seq_len, seq_len), dtype=bool), k=-1)
                 ),
             },
             **tol,
         )
         expect_type(answer, track, f"the result of {name}", "float")
         if values.dtype != np.dtype(dtype):
-            raise CheckFailed(f"{what} returned {values.dtype}; the text says the result has the dtype of scores")
+            raise CheckFailed(f"the text says: the result has the shape and the dtype of scores; {what} returned "
+                              f"{values.dtype}, not the dtype of scores")
 
 
 @exercise(CHAPTER, "causal_softmax_torch", "find the bug: causal attention weights that work in float16 (PyTorch)",
@@ -452,15 +458,17 @@ def check_top_k_probs(top_k_probs) -> None:
             expected,
             f"top_k_probs(logits {logits.shape}, k={k}, temperature={temperature})",
             mistakes={
-                "the kept probabilities were not renormalised; the text says each row sums to 1": kept,
-                "the temperature is missing: softmax(logits / T), as the text says": (
+                "the text says: renormalised so that each row sums to 1; the kept probabilities were not "
+                "renormalised": kept,
+                "the text says: softmax(logits / T); in yours the temperature is missing": (
                     lambda p: p / p.sum(-1, keepdims=True))(restricted(softmax(logits), k)[1]),
-                "the logits were multiplied by T; the text says softmax(logits / T)": (
+                "the text says: softmax(logits / T); in yours the logits were multiplied by T": (
                     lambda p: p / p.sum(-1, keepdims=True))(restricted(softmax(logits * temperature), k)[1]),
-                "the k least likely tokens were kept; the text says the k most likely": (
+                "the text says: restricted to the k most likely tokens; yours kept the k least likely": (
                     lambda m: np.where(m, probs, 0) / np.where(m, probs, 0).sum(-1, keepdims=True))(
                     ~restricted(probs, vocab - k)[0]) if k < vocab else expected * 0,
-                "k + 1 tokens were kept (an off-by-one at the k-th value); the text says exactly k": (
+                "the text says: the k most likely tokens, with exactly 0 for every other; in yours k + 1 tokens were "
+                "kept (an off-by-one at the k-th value)": (
                     lambda p: p / p.sum(-1, keepdims=True))(restricted(probs, min(k + 1, vocab))[1]),
             },
             atol=1e-7,
@@ -476,8 +484,8 @@ def check_kv_cache_bytes(kv_cache_bytes) -> None:
                                                   (1, 8, 1, 4, 1), (32, 4096, 8192, 2, 16)]:
         answer = call(kv_cache_bytes, layers, d_model, seq_len, size, batch)
         if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"kv_cache_bytes should return an int (a number of bytes), as the text says; got "
-                              f"{type(answer).__name__} {_short(answer)}")
+            raise CheckFailed(f"the text says: return, as an int, the number of bytes; kv_cache_bytes should return "
+                              f"an int, got {type(answer).__name__} {_short(answer)}")
         numbers = layers * d_model * seq_len * batch
         expect_equal(
             int(answer),
@@ -485,13 +493,15 @@ def check_kv_cache_bytes(kv_cache_bytes) -> None:
             f"kv_cache_bytes(num_layers={layers}, d_model={d_model}, seq_len={seq_len}, bytes_per_number={size}, "
             f"batch={batch})",
             mistakes={
-                "only the keys (or only the values) were counted; the text says a key and a value per token and "
-                "block": numbers * size,
-                "this counts numbers, not bytes: multiply by bytes_per_number, as the text says": 2 * numbers,
-                "bits, not bytes: the text's bytes_per_number is already in bytes": 2 * numbers * size * 8,
-                "the batch is missing: the text asks for the cache of `batch` sequences": 2 * layers * d_model
+                "the text says: a key and a value vector per token and per block; yours counted only the keys (or "
+                "only the values)": numbers * size,
+                "the text says: the number of bytes, with bytes_per_number bytes per number; yours counts numbers, "
+                "not bytes": 2 * numbers,
+                "the text says: bytes_per_number is 2 for 16-bit floats, already in bytes; yours counts bits, not "
+                "bytes": 2 * numbers * size * 8,
+                "the text says: the cache of `batch` sequences; in yours the batch is missing": 2 * layers * d_model
                 * seq_len * size,
-                "the layers are missing: every block keeps its own cache, as the text says": 2 * d_model * seq_len
-                * size * batch,
+                "the text says: a key and a value per token and per block; in yours the layers are missing (every "
+                "block keeps its own cache)": 2 * d_model * seq_len * size * batch,
             },
         )
