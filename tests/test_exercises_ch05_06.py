@@ -323,7 +323,7 @@ def _count(bias=True, norms=2, heads_multiply=False, per_head=False, w_o=True):
 CH06_MISTAKES = [
     ("layer_norm", lambda: _ln(ddof=1), "unbiased"),
     ("layer_norm", lambda: _ln(eps_outside=True), "outside the square root"),
-    ("layer_norm", lambda: _ln(ddof=1, eps_outside=True), "seed 003"),
+    ("layer_norm", lambda: _ln(ddof=1, eps_outside=True), "unbiased standard deviation"),
     ("layer_norm", lambda: _ln(use_eps=False), "epsilon is missing"),
     ("layer_norm", lambda: _ln(axis=0), "BatchNorm"),
     ("layer_norm", lambda: _ln(axis=(-2, -1)), "whole sequence"),

@@ -57,7 +57,7 @@ def _check_split(split_heads, track: str, name: str) -> None:
             mistakes={
                 NO_TRANSPOSE: x.reshape(batch, num_heads, seq_len, d_head),
                 "the text says: return (batch, num_heads, seq_len, d_head); the heads were folded into the batch "
-                "axis, (batch * num_heads, seq_len, d_head), by a reshape alone (as in seed 003); keep a separate head "
+                "axis, (batch * num_heads, seq_len, d_head), by a reshape alone; keep a separate head "
                 "axis and transpose": x.reshape(
                     batch * num_heads, seq_len, d_head
                 ),

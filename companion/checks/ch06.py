@@ -27,7 +27,7 @@ def _layer_norm_mistakes(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps
         * _normalised(x, last, eps=eps, eps_outside=True)
         + beta,
         "the text says: the biased variance, eps inside the square root; yours has the unbiased standard deviation "
-        "plus epsilon outside the root, as in seed 003": gamma
+        "plus epsilon outside the root, as some tutorials write it": gamma
         * _normalised(x, last, ddof=1, eps=eps, eps_outside=True)
         + beta,
         "the text says: divide by sqrt(var + eps); in yours epsilon is missing": gamma * _normalised(
