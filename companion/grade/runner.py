@@ -1,15 +1,23 @@
 """Grade notebooks: one contained student process per notebook, the checks in this (trusted) process.
 
 For each notebook, :class:`~companion.grade.jobs.Job` reads the code cells; a student process
-(:mod:`companion.grade.launcher`, :mod:`companion.grade.sandbox.child`) loads the imports, functions, classes and
-literal constants of each cell; then each exercise's checker runs *here* on a :class:`~companion.grade.remote.Remote`
-that stands in for the student's function or class. Expected values, oracles and verdicts never exist in the
-student's process, so nothing the student's code does there (reading frames, patching NumPy, forging messages)
-can turn a wrong answer into a pass.
+(:mod:`companion.grade.sandbox.child`) loads the imports, functions, classes and literal constants of each cell;
+then each exercise's checker runs *here* on a :class:`~companion.grade.remote.Remote` that stands in for the
+student's function or class (:mod:`companion.grade.steps`). Expected values, oracles and verdicts never exist in
+the student's process, so nothing the student's code does there (reading frames, patching NumPy, forging
+messages) can turn a wrong answer into a pass.
+
+The process model: for each folder of notebooks (one student) a zygote (:mod:`companion.grade.forkserver`,
+:mod:`companion.grade.sandbox.zygote`) is started contained (:mod:`companion.grade.launcher`: bubblewrap, rlimits,
+a pids cgroup, its own session) and imports the frameworks once; each notebook's student process is forked from
+it, so it starts as a copy of the state right after the imports and nothing one notebook's code did reaches
+another. The next folder's zygote starts while the current folder is graded.
 
 Each step (starting, loading one cell, checking one exercise) has a time limit. A step that runs out of time or
-kills the process fails alone: the process and everything it started are ended and a fresh one carries on with
-the remaining steps. Every student process is ended before :func:`grade` returns, so before any report is written.
+kills the process fails alone: the process and everything it started are ended and a freshly forked one carries
+on with the remaining steps (a zygote that stops answering is ended with its sandbox, and a fresh one started).
+Every zygote and student process is ended, and waited for, before :func:`grade` returns, so before any report is
+written.
 """
 
 from __future__ import annotations

@@ -32,12 +32,13 @@ import time
 import warnings
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 _MODULES = {"torch": ("torch",), "keras": ("keras",)}
 
 
-def _prctl_subreaper() -> None:
+def _prctl(option: int, value: int) -> None:
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
@@ -111,11 +112,15 @@ class Zygote:
             return
         _kill_descendants()  # nothing of an earlier notebook is left (normally done by `end` already)
         fd_in, fd_out, output = fds
+        parent = os.getpid()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock" (3.12+)
             pid = os.fork()
         if pid == 0:  # the student's process of one notebook
             try:
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # it never outlives this process
+                if os.getppid() != parent:
+                    os._exit(1)
                 self.control.close()
                 os.dup2(output, 1)
                 os.dup2(output, 2)
@@ -174,7 +179,7 @@ def main(argv: list[str]) -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - kept open for the life of the process
-    _prctl_subreaper()
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     imported = []
     for name in [n for n in argv[1].split(",") if n]:
         for module in _MODULES.get(name, ()):
