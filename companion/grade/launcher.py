@@ -1,10 +1,13 @@
 """Start the student's process, contained, and end it together with everything it started.
 
-On Linux the process runs under bubblewrap (``bwrap``): no network, its own process, IPC and user namespaces,
-a private ``/tmp``, and read-only views of what it needs (the Python installation, the virtual environment and
-:mod:`companion.grade.sandbox`); the course (``solutions/``, the checks, the reference implementations), the
-reports and the rest of the file system do not exist there. Where bubblewrap is missing or cannot start (no user
-namespaces), the process runs without it and the reports say ``sandbox: off``; everything below still holds.
+The grader starts one such process per folder of notebooks: the zygote of :mod:`companion.grade.forkserver`, which
+forks the student process of each notebook inside the same containment (a :class:`Child` can also be a student
+process of its own). On Linux the process runs under bubblewrap (``bwrap``): no network, its own process, IPC and
+user namespaces, a private ``/tmp``, and read-only views of what it needs (the Python installation, the virtual
+environment, :mod:`companion.grade.sandbox` and the notebooks being graded); the course (``solutions/``, the
+checks, the reference implementations), the reports and the rest of the file system do not exist there. Where
+bubblewrap is missing or cannot start (no user namespaces), the process runs without it and the reports say
+``sandbox: off``; everything below still holds.
 
 Limits, set before the process starts and inherited by whatever it starts: address space (``--memory``), CPU
 time, file size, no core files, and a process count (a ``pids`` cgroup when the grader may create one, else
