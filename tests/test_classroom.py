@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from companion.checks import exercises_for
-from companion.grade import classroom, gradebook, synthetic
+from companion.grade import classroom, classworker, gradebook, synthetic
 from companion.grade.gradebook import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,3 +228,28 @@ def test_due_notebooks_are_chosen_by_chapter(tmp_path):
     extra.write_text("", encoding="utf-8")
     with_extra = classroom.notebooks_to_grade(tmp_path, Settings(extra_checks=extra))
     assert "08_hidden.md" in {p.name for p in with_extra}  # extra checks may add chapters: every notebook
+
+
+def test_graders_forked_by_a_worker_are_stopped_alone(tmp_path, monkeypatch):
+    """With the standard command, each job slot's worker forks the graders; one stopped at its time limit costs
+    its own row, the worker forks the next, and nothing of any of them is left running. (The endless answer takes
+    the 3 s step limit, so its grader always outlasts the 2 s limit of a student.)"""
+    submissions = tmp_path / "submissions"
+    synthetic.build_class(submissions, students=2, chapters=[CHAPTER], kinds=("endless", "endless"))
+    forked: list[int] = []
+    start = classworker.Worker.start
+
+    def recording(self, argv, log):
+        grader = start(self, argv, log)
+        forked.extend([grader.pid, self.process.pid])
+        return grader
+
+    monkeypatch.setattr(classworker.Worker, "start", recording)
+    settings = Settings(**SETTINGS, student_timeout=2.0)
+    grades, _ = classroom.grade_class(submissions, tmp_path / "out", settings, jobs=1, progress=False)
+    assert len(set(forked)) == 3  # one worker, two graders
+    assert all("did not finish within 2 s" in g.summary for g in grades), [g.summary for g in grades]
+    for pid in forked:
+        assert not Path(f"/proc/{pid}").exists(), pid
+    left = subprocess.run(["pgrep", "-f", str(submissions)], capture_output=True, text=True)
+    assert left.stdout == ""

@@ -18,7 +18,8 @@ How a notebook is graded (the threat model is in ``book/grading.md``):
    renamed notebook is missing work, and its exercises fail.
 2. This process reads the code cells as text (:mod:`.notebooks`, jupytext) and never runs them.
 3. A student process (:mod:`.launcher`: bubblewrap, rlimits, a pids cgroup, a subreaper) loads only the
-   imports, functions, classes and literal constants of each cell (:mod:`.sandbox.child`).
+   imports, functions, classes and literal constants of each cell (:mod:`.sandbox.child`). It is forked, fresh
+   for each notebook, from a zygote that imported the frameworks once per folder (:mod:`.forkserver`).
 4. Each exercise's checker runs here, on a proxy for the student's object (:mod:`.remote`): calls and attribute
    reads go to the student process, results come back as plain data. Expected values never leave this process.
 5. Each step has a time limit; a step that hangs or kills the student process fails alone, everything that

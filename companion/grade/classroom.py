@@ -5,7 +5,8 @@ assistant downloads); the student's notebooks are in its ``exercises/`` folder (
 file changes that; a student folder with no such folder is read directly). Each student is graded by the
 single-student command, ``python -m companion.grade NOTEBOOKS --json ... --junit ...``, in a process of its own,
 so a class gets exactly the isolation, time limits and messages of one student. ``--jobs`` students are graded at
-the same time.
+the same time. Each job slot has a worker (:mod:`.classworker`) that imports the grading code and the frameworks
+once and forks that command's process for each student, rather than starting it anew.
 
 ``DIR`` receives:
 
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import gradebook
+from .classworker import ForkedGrader, Slots, WorkerLost
 from .gradebook import Settings
 
 NOTEBOOK_SUFFIXES = (".md", ".ipynb")
@@ -46,9 +48,10 @@ _LOG_LIMIT = 200_000
 _OWN_FILES = {"classroom.py", "gradebook.py", "synthetic.py", "mutant_source.py"}
 
 
-_RUNNING: set[subprocess.Popen] = set()  # the graders running now, stopped on Ctrl-C
+_RUNNING: set[subprocess.Popen | ForkedGrader] = set()  # the graders running now, stopped on Ctrl-C
 _LOCK = threading.Lock()
 _CANCELLED = threading.Event()
+_SLOTS = Slots()  # while grade_class runs: each job slot forks its graders from a worker
 
 
 @dataclass
@@ -117,7 +120,7 @@ def grader_command(files: list[Path], work: Path, settings: Settings, chapters_f
     return command
 
 
-def _stop(process: subprocess.Popen) -> None:
+def _stop(process: subprocess.Popen | ForkedGrader) -> None:
     """Interrupt the grader (it then ends its workers), and kill what is left of its process group."""
     try:
         os.killpg(process.pid, signal.SIGINT)
@@ -174,15 +177,28 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
     limit = settings.student_timeout or STARTUP_ALLOWANCE + 2 * settings.timeout * (8 * len(files) + 16)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
     log = work / "log.txt"
+    worker = _SLOTS.worker(env) if command[:3] == [sys.executable, "-m", "companion.grade"] else None
     with log.open("wb") as output:
         output.write(("$ " + shlex.join(command) + "\n").encode())
         output.flush()
+        if worker is not None:
+            try:
+                worker.wait_ready()
+            except WorkerLost:
+                worker = _SLOTS.drop()
         with _LOCK:
             if _CANCELLED.is_set():
                 return None, "interrupted"
-            # Its own session: Ctrl-C reaches the class grader only, which then stops every grader it started.
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                       env=env, start_new_session=True)
+            process: subprocess.Popen | ForkedGrader | None = None
+            if worker is not None:
+                try:  # its own session too; the same command, forked from the slot's worker
+                    process = worker.start(command[3:], str(log))
+                except WorkerLost:
+                    _SLOTS.drop()
+            if process is None:
+                # Its own session: Ctrl-C reaches the class grader only, which then stops every grader it started.
+                process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
+                                           stderr=subprocess.STDOUT, env=env, start_new_session=True)
             _RUNNING.add(process)
         try:
             code = process.wait(limit)
@@ -280,6 +296,7 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
 
     bar = tqdm(total=len(students), unit="student", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     _CANCELLED.clear()
+    _SLOTS.open()
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {pool.submit(grade_student, s, out / "students" / names[s.name], settings, code, force,
@@ -303,6 +320,7 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        _SLOTS.close()
         bar.close()
     ordered = [outcomes[s.name] for s in students]
     cols = gradebook.columns(settings, [o.report for o in ordered])

@@ -1,10 +1,13 @@
 """Start the student's process, contained, and end it together with everything it started.
 
-On Linux the process runs under bubblewrap (``bwrap``): no network, its own process, IPC and user namespaces,
-a private ``/tmp``, and read-only views of what it needs (the Python installation, the virtual environment and
-:mod:`companion.grade.sandbox`); the course (``solutions/``, the checks, the reference implementations), the
-reports and the rest of the file system do not exist there. Where bubblewrap is missing or cannot start (no user
-namespaces), the process runs without it and the reports say ``sandbox: off``; everything below still holds.
+The grader starts one such process per folder of notebooks: the zygote of :mod:`companion.grade.forkserver`, which
+forks the student process of each notebook inside the same containment (a :class:`Child` can also be a student
+process of its own). On Linux the process runs under bubblewrap (``bwrap``): no network, its own process, IPC and
+user namespaces, a private ``/tmp``, and read-only views of what it needs (the Python installation, the virtual
+environment, :mod:`companion.grade.sandbox` and the notebooks being graded); the course (``solutions/``, the
+checks, the reference implementations), the reports and the rest of the file system do not exist there. Where
+bubblewrap is missing or cannot start (no user namespaces), the process runs without it and the reports say
+``sandbox: off``; everything below still holds.
 
 Limits, set before the process starts and inherited by whatever it starts: address space (``--memory``), CPU
 time, file size, no core files, and a process count (a ``pids`` cgroup when the grader may create one, else
@@ -23,6 +26,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -102,8 +106,9 @@ def _sandbox_package() -> str:
     return str(Path(__file__).resolve().parent / "sandbox")
 
 
-def bwrap_command(notebook: Path | None) -> list[str]:
-    """The bubblewrap command line, up to (not including) the program to run."""
+def bwrap_command(notebooks: Path | list[Path] | None) -> list[str]:
+    """The bubblewrap command line, up to (not including) the program to run; each notebook is bound read-only
+    at ``/sandbox/notebook/NAME`` (the notebooks of one folder: their names differ)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
             "--size", str(MAX_FILE_BYTES * 4), "--tmpfs", "/tmp", "--dir", "/sandbox"]
@@ -114,9 +119,11 @@ def bwrap_command(notebook: Path | None) -> list[str]:
         if not any(root.startswith(prefix + "/") or root == prefix for prefix in ("/usr", "/lib", "/bin")):
             args += ["--ro-bind", root, root]
     args += ["--ro-bind", _sandbox_package(), f"{SANDBOX_LIB}/sandbox"]
-    if notebook is not None and notebook.is_file():
-        args += ["--ro-bind", str(notebook.resolve()), f"/sandbox/notebook/{notebook.name}"]
-    args += ["--chdir", "/sandbox/notebook" if notebook is not None else "/tmp"]
+    listed = [notebooks] if isinstance(notebooks, Path) else list(notebooks or [])
+    for notebook in listed:
+        if notebook.is_file():
+            args += ["--ro-bind", str(notebook.resolve()), f"/sandbox/notebook/{notebook.name}"]
+    args += ["--chdir", "/sandbox/notebook" if notebooks is not None else "/tmp"]
     return args
 
 
@@ -228,12 +235,27 @@ class Limits:
 
 
 class Child:
-    """One student process: its pipes, its captured output, and how to end it for good."""
+    """One student process: its pipes, its captured output, and how to end it for good.
 
-    def __init__(self, notebook: Path | None, limits: Limits, sandbox: bool) -> None:
-        to_child_r, self.to_child = os.pipe()
-        self.from_child, from_child_w = os.pipe()
+    With ``zygote`` (the frameworks to import, e.g. ``["torch", "keras"]``) the process is the fork server of
+    :mod:`.sandbox.zygote` for ``notebook`` (one or a list, of one folder) instead: ``control`` is its socket, and
+    the student processes it forks live in the same sandbox, session, cgroup and limits, so :meth:`kill` ends them
+    too.
+    """
+
+    def __init__(self, notebook: Path | list[Path] | None, limits: Limits, sandbox: bool,
+                 zygote: list[str] | None = None) -> None:
         out_r, out_w = os.pipe()
+        if zygote is None:
+            to_child_r, self.to_child = os.pipe()
+            self.from_child, from_child_w = os.pipe()
+            passed = (to_child_r, from_child_w)
+            entry, arguments = "sandbox.child", [str(to_child_r), str(from_child_w)]
+        else:
+            self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.to_child = self.from_child = -1
+            passed = (theirs.detach(),)
+            entry, arguments = "sandbox.zygote", [str(passed[0]), ",".join(zygote)]
         self.tail = b""
         self.output_bytes = 0
         self.cgroup = _Cgroup(limits.processes + 4) if limits.processes else _Cgroup.__new__(_Cgroup)
@@ -245,9 +267,10 @@ class Child:
         self.before = _children_of(os.getpid())
         library = SANDBOX_LIB if sandbox else str(Path(_sandbox_package()).parent)
         program = [sys.executable, "-I", "-c",
-                   "import sys; sys.path.insert(0, sys.argv[3]); from sandbox.child import main; "
-                   "main(sys.argv[1:3])", str(to_child_r), str(from_child_w), library]
+                   f"import sys; sys.path.insert(0, sys.argv[3]); from {entry} import main; main(sys.argv[1:3])",
+                   *arguments, library]
         command = [*bwrap_command(notebook), *program] if sandbox else program
+        first = notebook if isinstance(notebook, Path) or notebook is None else (notebook[0] if notebook else None)
         cgroup = self.cgroup
 
         def prepare() -> None:  # runs in the new process, before exec
@@ -264,14 +287,14 @@ class Child:
         _SPAWN.acquire()
         try:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=(to_child_r, from_child_w),
+                command, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=passed,
                 start_new_session=True, preexec_fn=prepare, env=env, close_fds=True,
-                cwd=str(notebook.resolve().parent) if (notebook is not None and not sandbox) else None,
+                cwd=str(first.resolve().parent) if (first is not None and not sandbox) else None,
             )
             _LIVE.add(self.process.pid)
         finally:
             _SPAWN.release()
-            for fd in (to_child_r, from_child_w, out_w):
+            for fd in (*passed, out_w):
                 os.close(fd)
         self.out = out_r
         self.reader_thread = threading.Thread(target=self._drain, daemon=True)
@@ -324,9 +347,12 @@ class Child:
         self.reap()
         for fd in (self.to_child, self.from_child):
             try:
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
             except OSError:
                 pass
+        if hasattr(self, "control"):
+            self.control.close()
         self.reader_thread.join(2)
         try:
             os.close(self.out)

@@ -1,56 +1,59 @@
 """Grade notebooks: one contained student process per notebook, the checks in this (trusted) process.
 
 For each notebook, :class:`~companion.grade.jobs.Job` reads the code cells; a student process
-(:mod:`companion.grade.launcher`, :mod:`companion.grade.sandbox.child`) loads the imports, functions, classes and
-literal constants of each cell; then each exercise's checker runs *here* on a :class:`~companion.grade.remote.Remote`
-that stands in for the student's function or class. Expected values, oracles and verdicts never exist in the
-student's process, so nothing the student's code does there (reading frames, patching NumPy, forging messages)
-can turn a wrong answer into a pass.
+(:mod:`companion.grade.sandbox.child`) loads the imports, functions, classes and literal constants of each cell;
+then each exercise's checker runs *here* on a :class:`~companion.grade.remote.Remote` that stands in for the
+student's function or class (:mod:`companion.grade.steps`). Expected values, oracles and verdicts never exist in
+the student's process, so nothing the student's code does there (reading frames, patching NumPy, forging
+messages) can turn a wrong answer into a pass.
+
+The process model: for each folder of notebooks (one student) a zygote (:mod:`companion.grade.forkserver`,
+:mod:`companion.grade.sandbox.zygote`) is started contained (:mod:`companion.grade.launcher`: bubblewrap, rlimits,
+a pids cgroup, its own session) and imports the frameworks once; each notebook's student process is forked from
+it, so it starts as a copy of the state right after the imports and nothing one notebook's code did reaches
+another. The next folder's zygote starts while the current folder is graded.
 
 Each step (starting, loading one cell, checking one exercise) has a time limit. A step that runs out of time or
-kills the process fails alone: the process and everything it started are ended and a fresh one carries on with
-the remaining steps. Every student process is ended before :func:`grade` returns, so before any report is written.
+kills the process fails alone: the process and everything it started are ended and a freshly forked one carries
+on with the remaining steps (a zygote that stops answering is ended with its sandbox, and a fresh one started).
+Every zygote and student process is ended, and waited for, before :func:`grade` returns, so before any report is
+written.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from companion.checks import TRACKS, CheckFailed, Exercise, exercises_for, registry
+from companion.checks import TRACKS, exercises_for, registry
 
+from .forkserver import Zygotes
 from .jobs import Job
-from .launcher import DEFAULT_MEMORY, Child, Limits, become_subreaper, sandbox_status
+from .launcher import DEFAULT_MEMORY, Limits, become_subreaper, sandbox_status
 from .notebooks import collect_notebooks
-from .remote import SandboxLost, Session, StudentError
-from .results import FAILED, PASSED, SKIPPED, ExerciseResult, GradeReport, NotebookResult
-from .shortcuts import find_shortcuts
+from .results import FAILED, SKIPPED, ExerciseResult, GradeReport, NotebookResult
+from .steps import (
+    DEFAULT_OUTPUT_LIMIT,
+    DEFAULT_TIMEOUT,
+    HIDDEN_FAILED,
+    STARTUP_TIMEOUT,
+    Options,
+    cpu_seconds,
+    grade_job,
+)
 
 # Read when TensorFlow is first imported (by a checker, here): quiet logs, exact float32 on CPU and GPU.
 for _name, _value in (("TF_CPP_MIN_LOG_LEVEL", "3"), ("TF_ENABLE_ONEDNN_OPTS", "0"), ("NVIDIA_TF32_OVERRIDE", "0")):
     os.environ.setdefault(_name, _value)
 
-DEFAULT_TIMEOUT = 60.0
-#: How long a student process may take to import the frameworks before its first step.
-STARTUP_TIMEOUT = 600.0
-#: Characters of printed output kept per step (the rest is counted, not kept).
-DEFAULT_OUTPUT_LIMIT = 4000
-HIDDEN_FAILED = "hidden check failed"
-
-
-@dataclass
-class Options:
-    timeout: float = DEFAULT_TIMEOUT
-    output_limit: int = DEFAULT_OUTPUT_LIMIT
-    memory: int = DEFAULT_MEMORY
-    sandbox: bool = True
-    extra: dict[str, list[Callable[[Any], None]]] = field(default_factory=dict)
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "HIDDEN_FAILED", "STARTUP_TIMEOUT", "Options",
+           "expected_chapters", "grade", "load_extra_checks"]
 
 
 def load_extra_checks(path: str | Path) -> dict[str, list[Callable[[Any], None]]]:
@@ -190,45 +193,61 @@ def grade(
         missing = []
     notebooks = [Job(path, explicit, selected) for path, explicit in found]
     results: list[NotebookResult | None] = [None] * len(notebooks)
+    # One zygote per folder (a student's notebooks): it imports the frameworks once and forks a fresh student
+    # process per notebook; its CPU limit is the largest of its notebooks' (a forked process lowers its own).
+    folders_of: dict[Path, list[Path]] = {}
+    limits: dict[Path, Limits] = {}
+    left: dict[Path, int] = {}
+    for job in notebooks:
+        folder = job.path.parent
+        folders_of.setdefault(folder, []).append(job.path)
+        seconds = max(cpu_seconds(job, options), limits[folder].cpu_seconds if folder in limits else 0)
+        limits[folder] = Limits(memory=options.memory, cpu_seconds=seconds)
+        left[folder] = left.get(folder, 0) + 1
+    zygotes = Zygotes(folders_of, limits, options.sandbox)
+    counting = threading.Lock()
 
-    def run(index: int, session: Session | None = None) -> None:
+    def run(index: int) -> None:
         job = notebooks[index]
         if not job.done:
-            _grade_job(job, options, session)
-        elif session is not None:
-            session.close()
+            grade_job(job, options, zygotes)
         result = job.finish()
         result.sandbox = "on" if options.sandbox else "off"
         results[index] = result
+        folder = job.path.parent
+        with counting:
+            left[folder] -= 1
+            last = left[folder] == 0
+        if last:
+            zygotes.close_folder(folder)
 
-    def launch(index: int) -> Session | None:
+    def prepare(index: int) -> None:
         job = notebooks[index]
-        if job.done:
-            return None
-        try:
-            return _launch(job, options)
-        except OSError:
-            return None  # _grade_job tries again and reports the error
+        if not job.done:
+            try:
+                zygotes.prepare(job.path, job.frameworks())
+            except OSError:
+                pass  # grade_job tries again and reports the error
 
-    if jobs == 1 or len(notebooks) <= 1:
-        # One notebook at a time, the next one's process starting (importing the frameworks) meanwhile.
-        upcoming = launch(0) if notebooks else None
-        try:
+    try:
+        if jobs == 1 or len(notebooks) <= 1:
+            # One notebook at a time; the next folder's zygote starts (imports the frameworks) meanwhile.
             for index in range(len(notebooks)):
-                current, upcoming = upcoming, (launch(index + 1) if index + 1 < len(notebooks) else None)
-                run(index, current)
+                prepare(index)
+                if index + 1 < len(notebooks):
+                    prepare(index + 1)
+                run(index)
                 if on_notebook is not None:
                     on_notebook(index, results[index])  # type: ignore[arg-type]
-        finally:
-            if upcoming is not None:
-                upcoming.close()
-    else:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(run, index) for index in range(len(notebooks))]
-            for index, future in enumerate(futures):
-                future.result()
-                if on_notebook is not None:
-                    on_notebook(index, results[index])  # type: ignore[arg-type]
+        else:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                futures = [pool.submit(run, index) for index in range(len(notebooks))]
+                for index, future in enumerate(futures):
+                    future.result()
+                    if on_notebook is not None:
+                        on_notebook(index, results[index])  # type: ignore[arg-type]
+    finally:
+        zygotes.close()  # every student process and zygote ended, and waited for, before any report
     finished = [r for r in results if r is not None]
     for position, path in enumerate(absent):
         result = _missing_notebook(path.parent, path.stem, selected)
@@ -251,141 +270,3 @@ def grade(
                        sorted({p.stem for p, _ in found} | {p.stem for p in absent}))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# One notebook
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _limits(job: Job, options: Options) -> Limits:
-    steps = len(job.loadable()) + len(job.pending) + 2
-    return Limits(memory=options.memory, cpu_seconds=int(STARTUP_TIMEOUT + options.timeout * steps))
-
-
-def _launch(job: Job, options: Options) -> Session:
-    """Start a student process for ``job`` and send it ``hello``; its reply is read by :func:`_grade_job`."""
-    child = Child(job.path, _limits(job, options), options.sandbox)
-    session = Session(child, options.output_limit)
-    tripwires = sorted({name for item in job.pending for name in item.shortcuts})
-    try:
-        session.send({"op": "hello", "frameworks": job.frameworks(), "tripwires": tripwires,
-                      "cwd": "/sandbox/notebook" if options.sandbox else str(job.path.resolve().parent),
-                      "cell_marker": f"<{job.path.name}", "output_limit": options.output_limit})
-    except SandboxLost:
-        pass  # read as a failed start by _grade_job
-    return session
-
-
-def _grade_job(job: Job, options: Options, session: Session | None = None) -> None:
-    """Start student processes until every exercise of ``job`` has a verdict (one more after each lost step)."""
-    for _ in range(len(job.cells) + len(job.pending) + 2):
-        if job.done or job.fatal:
-            break
-        if session is None:
-            try:
-                session = _launch(job, options)
-            except OSError as error:  # e.g. no more processes
-                job.fail_all("error", f"the grader could not start the student's process: {error}")
-                break
-        step: tuple[str, Any] = ("start", None)
-        try:
-            session.start_step(STARTUP_TIMEOUT)
-            reply, _ = session._wait()
-            if not reply.get("ready"):
-                raise SandboxLost("protocol", "it did not start")
-            if job.started is None:
-                job.started = time.perf_counter()
-            for cell in job.loadable():
-                step = ("cell", cell.number)
-                session.start_step(options.timeout)
-                reply, _ = session.raw("cell", source=cell.source, nodes=cell.nodes,
-                                       filename=f"<{job.path.name}, {cell.label}>")
-                problems = reply.get("problems", [])
-                job.cell_loaded(cell.number, [str(p) for p in problems] if isinstance(problems, list) else [])
-            while job.pending:
-                step = ("exercise", job.pending[0])
-                _check(session, job, job.pending[0], options)
-        except SandboxLost as lost:
-            _step_lost(job, step, lost, session.child, options)
-        finally:
-            session.close()
-            session = None
-    if session is not None:
-        session.close()
-
-
-def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Child, options: Options) -> None:
-    kind, key = step
-    tail = child.tail_text()
-    tail = f"; its last output: {tail}" if tail else ""
-    limit = f"{options.timeout:g} s"
-    why = lost.detail if lost.reason != "protocol" else f"it broke the grader's protocol ({lost.detail})"
-    if kind == "start":
-        job.fail_all("error", f"the student's process could not start ({why}){tail}")
-    elif kind == "cell":
-        if lost.reason == "timeout":
-            job.cell_failed(key, f"loading its definitions did not finish within {limit} (an endless loop in a "
-                                 "class body, a default argument, a decorator or an import?)")
-        else:
-            job.cell_failed(key, f"the student's process died while loading its definitions ({why}){tail}")
-    else:
-        symbol = key.symbol
-        if lost.reason == "timeout":
-            job.exercise_failed("timeout", f"the check did not finish within {limit}: is there an endless loop in "
-                                           f"`{symbol}`, or is it far too slow? (the check uses small inputs)",
-                                options.timeout)
-        elif lost.reason == "protocol":
-            job.exercise_failed("crash", f"the student's process {why} while `{symbol}` was checked")
-        else:
-            job.exercise_failed("crash", f"the student's process died while `{symbol}` was checked ({why}): does "
-                                         f"your code call sys.exit/os._exit, run out of memory or crash the "
-                                         f"interpreter?{tail}")
-
-
-def _check(session: Session, job: Job, item: Exercise, options: Options) -> None:
-    session.start_step(options.timeout)
-    session.raw("arm", names=list(item.shortcuts))
-    reply, data = session.raw("lookup", name=item.symbol)
-    if reply.get("missing"):
-        job.exercise_failed("missing", f"define `{item.symbol}`: the notebook has no function or class of that name")
-        return
-    answer = session.value(reply, data)
-    found = find_shortcuts([c for c in job.loadable()], item.symbol, tuple(item.shortcuts))
-    if found:
-        job.exercise_failed("shortcut", f"`{item.symbol}` reaches {', '.join(found)}: this exercise asks you to "
-                                        "write it yourself")
-        return
-    start = time.perf_counter()
-    reason, message = _run_checker(item.checker, answer)
-    if session.shortcuts:
-        names = ", ".join(f"`{name}`" for name in dict.fromkeys(session.shortcuts))
-        reason, message = "shortcut", f"`{item.symbol}` called {names}: this exercise asks you to write it yourself"
-    if reason == "ok":
-        for extra in options.extra.get(item.id, []):
-            extra_reason, _ = _run_checker(extra, answer)
-            if extra_reason != "ok":
-                reason, message = "hidden", HIDDEN_FAILED + (
-                    "" if extra_reason == "wrong" else " (your code raised an exception on a hidden case)")
-                break
-    job.exercise_done(PASSED if reason == "ok" else FAILED, reason, message, time.perf_counter() - start,
-                      session.output_text(), session.output_chars)
-
-
-def _run_checker(checker: Callable[[Any], None], answer: Any) -> tuple[str, str]:
-    try:
-        checker(answer)
-        return "ok", ""
-    except CheckFailed as failure:
-        return "wrong", _cut(str(failure))
-    except NotImplementedError:
-        return "not-implemented", "not implemented yet (replace the `raise NotImplementedError`)"
-    except StudentError as error:  # raised by the student's code outside the checker's call()
-        where = f" (at {error.where})" if error.where else ""
-        return "error", f"your code raised {type(error).__name__}: {error}{where}"
-    except AssertionError as failure:
-        return "wrong", _cut(str(failure)) or "the check failed"
-    except Exception as error:  # the checker tripped over the answer, e.g. a list where a tensor was expected
-        return "error", f"the check could not use your answer: {type(error).__name__}: {_cut(str(error), 1000)}"
-
-
-def _cut(text: str, limit: int = 4000) -> str:
-    return text if len(text) <= limit else text[: limit - 20] + f" ... ({len(text)} characters)"

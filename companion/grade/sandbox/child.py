@@ -1,7 +1,8 @@
 """The student's process: loads a notebook's definitions and answers the grader's requests about them.
 
-It is started by :mod:`companion.grade.launcher` (under bubblewrap where it can) and talks to the trusted grader
-over two pipes (file descriptors given on the command line) with :mod:`.protocol`. It holds no expected value,
+It is forked, one per notebook, by the zygote (:mod:`.zygote`, started by :mod:`companion.grade.launcher` under
+bubblewrap where it can) and talks to the trusted grader over two pipes (file descriptors passed by the grader)
+with :mod:`.protocol`. It holds no expected value,
 no checker and no reference implementation: the grader sends inputs and a call to make, this process runs the
 student's code and sends back what came out (plain data, or a handle for an object that stays here). Requests:
 

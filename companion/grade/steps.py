@@ -1,0 +1,174 @@
+"""Grade one notebook: its steps (start, load each cell, check each exercise) in forked student processes.
+
+A student process for the notebook is forked from its folder's zygote (:mod:`companion.grade.forkserver`) and
+sent ``hello``; then each loadable cell is loaded and each pending exercise checked, every step with its own time
+limit. A step that runs out of time or kills the process fails alone (:func:`_step_lost` words the verdict); the
+process and everything it started are ended and a fresh one, forked again, carries on with the remaining steps.
+The checkers run here, in the trusted process (:func:`_check`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from companion.checks import CheckFailed, Exercise
+
+from .forkserver import Forked, Zygotes
+from .jobs import Job
+from .launcher import DEFAULT_MEMORY
+from .remote import SandboxLost, Session, StudentError
+from .results import FAILED, PASSED
+from .shortcuts import find_shortcuts
+
+DEFAULT_TIMEOUT = 60.0
+#: How long a student process may take to import the frameworks before its first step.
+STARTUP_TIMEOUT = 600.0
+#: Characters of printed output kept per step (the rest is counted, not kept).
+DEFAULT_OUTPUT_LIMIT = 4000
+HIDDEN_FAILED = "hidden check failed"
+
+
+@dataclass
+class Options:
+    timeout: float = DEFAULT_TIMEOUT
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    memory: int = DEFAULT_MEMORY
+    sandbox: bool = True
+    extra: dict[str, list[Callable[[Any], None]]] = field(default_factory=dict)
+
+
+def cpu_seconds(job: Job, options: Options) -> int:
+    """The CPU-time limit of a student process for ``job``'s remaining steps."""
+    steps = len(job.loadable()) + len(job.pending) + 2
+    return int(STARTUP_TIMEOUT + options.timeout * steps)
+
+
+def _launch(job: Job, options: Options, zygotes: Zygotes) -> Session:
+    """A student process for ``job`` (forked at the start step) with ``hello`` waiting in its pipe."""
+    child = zygotes.fork(job.path, job.frameworks(), cpu_seconds(job, options))
+    session = Session(child, options.output_limit)  # type: ignore[arg-type] - a Forked is used as a Child
+    tripwires = sorted({name for item in job.pending for name in item.shortcuts})
+    try:
+        session.send({"op": "hello", "frameworks": job.frameworks(), "tripwires": tripwires,
+                      "cwd": "/sandbox/notebook" if options.sandbox else str(job.path.resolve().parent),
+                      "cell_marker": f"<{job.path.name}", "output_limit": options.output_limit})
+    except SandboxLost:
+        pass  # read as a failed start by grade_job
+    return session
+
+
+def grade_job(job: Job, options: Options, zygotes: Zygotes) -> None:
+    """Fork student processes until every exercise of ``job`` has a verdict (one more after each lost step)."""
+    for _ in range(len(job.cells) + len(job.pending) + 2):
+        if job.done or job.fatal:
+            break
+        try:
+            session = _launch(job, options, zygotes)
+        except OSError as error:  # e.g. no more processes
+            job.fail_all("error", f"the grader could not start the student's process: {error}")
+            break
+        child: Forked = session.child  # type: ignore[assignment]
+        step: tuple[str, Any] = ("start", None)
+        try:
+            session.start_step(STARTUP_TIMEOUT)
+            child.start(session.deadline or 0.0)
+            reply, _ = session._wait()
+            if not reply.get("ready"):
+                raise SandboxLost("protocol", "it did not start")
+            if job.started is None:
+                job.started = time.perf_counter()
+            for cell in job.loadable():
+                step = ("cell", cell.number)
+                session.start_step(options.timeout)
+                reply, _ = session.raw("cell", source=cell.source, nodes=cell.nodes,
+                                       filename=f"<{job.path.name}, {cell.label}>")
+                problems = reply.get("problems", [])
+                job.cell_loaded(cell.number, [str(p) for p in problems] if isinstance(problems, list) else [])
+            while job.pending:
+                step = ("exercise", job.pending[0])
+                _check(session, job, job.pending[0], options)
+        except SandboxLost as lost:
+            _step_lost(job, step, lost, child, options)
+        finally:
+            session.close()
+
+
+def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Forked, options: Options) -> None:
+    kind, key = step
+    tail = child.tail_text()
+    tail = f"; its last output: {tail}" if tail else ""
+    limit = f"{options.timeout:g} s"
+    why = lost.detail if lost.reason != "protocol" else f"it broke the grader's protocol ({lost.detail})"
+    if kind == "start":
+        job.fail_all("error", f"the student's process could not start ({why}){tail}")
+    elif kind == "cell":
+        if lost.reason == "timeout":
+            job.cell_failed(key, f"loading its definitions did not finish within {limit} (an endless loop in a "
+                                 "class body, a default argument, a decorator or an import?)")
+        else:
+            job.cell_failed(key, f"the student's process died while loading its definitions ({why}){tail}")
+    else:
+        symbol = key.symbol
+        if lost.reason == "timeout":
+            job.exercise_failed("timeout", f"the check did not finish within {limit}: is there an endless loop in "
+                                           f"`{symbol}`, or is it far too slow? (the check uses small inputs)",
+                                options.timeout)
+        elif lost.reason == "protocol":
+            job.exercise_failed("crash", f"the student's process {why} while `{symbol}` was checked")
+        else:
+            job.exercise_failed("crash", f"the student's process died while `{symbol}` was checked ({why}): does "
+                                         f"your code call sys.exit/os._exit, run out of memory or crash the "
+                                         f"interpreter?{tail}")
+
+
+def _check(session: Session, job: Job, item: Exercise, options: Options) -> None:
+    session.start_step(options.timeout)
+    session.raw("arm", names=list(item.shortcuts))
+    reply, data = session.raw("lookup", name=item.symbol)
+    if reply.get("missing"):
+        job.exercise_failed("missing", f"define `{item.symbol}`: the notebook has no function or class of that name")
+        return
+    answer = session.value(reply, data)
+    found = find_shortcuts([c for c in job.loadable()], item.symbol, tuple(item.shortcuts))
+    if found:
+        job.exercise_failed("shortcut", f"`{item.symbol}` reaches {', '.join(found)}: this exercise asks you to "
+                                        "write it yourself")
+        return
+    start = time.perf_counter()
+    reason, message = _run_checker(item.checker, answer)
+    if session.shortcuts:
+        names = ", ".join(f"`{name}`" for name in dict.fromkeys(session.shortcuts))
+        reason, message = "shortcut", f"`{item.symbol}` called {names}: this exercise asks you to write it yourself"
+    if reason == "ok":
+        for extra in options.extra.get(item.id, []):
+            extra_reason, _ = _run_checker(extra, answer)
+            if extra_reason != "ok":
+                reason, message = "hidden", HIDDEN_FAILED + (
+                    "" if extra_reason == "wrong" else " (your code raised an exception on a hidden case)")
+                break
+    job.exercise_done(PASSED if reason == "ok" else FAILED, reason, message, time.perf_counter() - start,
+                      session.output_text(), session.output_chars)
+
+
+def _run_checker(checker: Callable[[Any], None], answer: Any) -> tuple[str, str]:
+    try:
+        checker(answer)
+        return "ok", ""
+    except CheckFailed as failure:
+        return "wrong", _cut(str(failure))
+    except NotImplementedError:
+        return "not-implemented", "not implemented yet (replace the `raise NotImplementedError`)"
+    except StudentError as error:  # raised by the student's code outside the checker's call()
+        where = f" (at {error.where})" if error.where else ""
+        return "error", f"your code raised {type(error).__name__}: {error}{where}"
+    except AssertionError as failure:
+        return "wrong", _cut(str(failure)) or "the check failed"
+    except Exception as error:  # the checker tripped over the answer, e.g. a list where a tensor was expected
+        return "error", f"the check could not use your answer: {type(error).__name__}: {_cut(str(error), 1000)}"
+
+
+def _cut(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else text[: limit - 20] + f" ... ({len(text)} characters)"
