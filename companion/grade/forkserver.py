@@ -25,12 +25,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .launcher import Child, Limits
+from .launcher import Child, Limits, OutputTail
 from .remote import SandboxLost
 
 #: Seconds the zygote may take to answer a request (fork, end, status) before it is killed whole.
 CONTROL_TIMEOUT = 30.0
-_TAIL_BYTES = 4000
 
 
 class ZygoteLost(Exception):
@@ -105,7 +104,7 @@ class Zygote:
         self.child.kill()
 
 
-class Forked:
+class Forked(OutputTail):
     """A student process forked by a :class:`Zygote`: the pipes and output of a :class:`Child`, and its end."""
 
     def __init__(self, zygote: Zygote, cpu_seconds: int, release) -> None:
@@ -142,17 +141,6 @@ class Forked:
             for fd in self.theirs:
                 os.close(fd)
             self.theirs = ()
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                data = os.read(self.out, 1 << 16)
-            except OSError:
-                return
-            if not data:
-                return
-            self.output_bytes += len(data)
-            self.tail = (self.tail + data)[-_TAIL_BYTES:]
 
     def tail_text(self) -> str:
         if self.start_failed:

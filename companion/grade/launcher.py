@@ -234,7 +234,26 @@ class Limits:
     processes: int = MAX_PROCESSES
 
 
-class Child:
+class OutputTail:
+    """The output of a student process, read from the pipe ``self.out`` by a thread: its size and its last bytes."""
+
+    out: int
+    tail: bytes = b""
+    output_bytes: int = 0
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self.out, 1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            self.output_bytes += len(data)
+            self.tail = (self.tail + data)[-_TAIL_BYTES:]
+
+
+class Child(OutputTail):
     """One student process: its pipes, its captured output, and how to end it for good.
 
     With ``zygote`` (the frameworks to import, e.g. ``["torch", "keras"]``) the process is the fork server of
@@ -299,17 +318,6 @@ class Child:
         self.out = out_r
         self.reader_thread = threading.Thread(target=self._drain, daemon=True)
         self.reader_thread.start()
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                data = os.read(self.out, 1 << 16)
-            except OSError:
-                return
-            if not data:
-                return
-            self.output_bytes += len(data)
-            self.tail = (self.tail + data)[-_TAIL_BYTES:]
 
     def tail_text(self) -> str:
         text = self.tail.decode("utf-8", "replace").strip()
