@@ -9,6 +9,11 @@ Two measurements, each on the same weights in both frameworks (copied with ``com
 2. **Cost per generated token against its position** (GPT): the time of each decoding step, averaged over
    blocks of 16 steps. Without the cache a step runs the whole sequence, so its cost grows with the position;
    with the cache it computes one position and its cost stays nearly flat.
+3. **Compiled against op by op** (Keras Transformer, no cache): ``greedy_decode`` calls the decoder through
+   ``next_token_logits``, one compiled Keras call per step (a graph on TensorFlow); the same loop calling
+   ``model.decode`` eagerly, one operation at a time, is what it replaced. Same tokens, checked on every run.
+   In part 1 the Keras Transformer's uncached column is therefore the compiled decoder, and its cached column
+   the eager cache: the ratio there compares two changes at once, which part 3 separates.
 
 Both decoders also produce the same tokens with and without the cache (checked here on every run, and in
 ``tests/test_kv_cache.py``).
@@ -166,6 +171,39 @@ def per_token(models: dict, prompt: np.ndarray, steps: int, repeats: int, block:
         f"{t[starts[-1]:].mean() / t[:block].mean():>16.1f}x" for t in table.values()))
 
 
+def eager_greedy(model, src: np.ndarray, length: int) -> np.ndarray:
+    """Greedy decoding with ``model.decode`` called eagerly at every step (no cache, no compiled call)."""
+    memory, src_mask = model.encode(src.astype("int32"))
+    generated = np.full((len(src), 1), BOS, dtype="int32")
+    for _ in range(length):
+        logits = model.decode(generated, memory, src_mask)
+        next_ids = keras.ops.convert_to_numpy(logits[:, -1]).argmax(-1).astype("int32")
+        generated = np.concatenate([generated, next_ids[:, None]], axis=1)
+    return generated[:, 1:]
+
+
+def compiled_vs_eager(models: dict, src: np.ndarray, lengths: list[int], repeats: int) -> None:
+    print(f"\n3. Keras Transformer, no cache: the decoder called op by op against one compiled call per step "
+          f"(median of {repeats})")
+    print(f"{'tokens':>7}{'op by op s':>12}{'compiled s':>12}{'speed-up':>10}{'cached s':>10}")
+    model = models["keras"]["transformer"]
+    compiled = lambda n, cache=False: keras_training.greedy_decode(model, src, BOS, NEVER, n, cache)  # noqa: E731
+    eager_greedy(model, src, 4), compiled(4), compiled(4, True)  # warm-up: build and trace
+    for length in lengths:
+        eager, fast, cached = [], [], []
+        for _ in range(repeats):
+            seconds, out_eager = timed(eager_greedy, model, src, length)
+            eager.append(seconds)
+            seconds, out_fast = timed(compiled, length)
+            fast.append(seconds)
+            cached.append(timed(compiled, length, True)[0])
+            if not np.array_equal(out_eager, out_fast):
+                raise AssertionError(f"compiling the decoder changed the tokens at length {length}")
+        ratio = statistics.median(eager) / statistics.median(fast)
+        print(f"{length:>7}{statistics.median(eager):>12.3f}{statistics.median(fast):>12.3f}{ratio:>9.1f}x"
+              f"{statistics.median(cached):>10.3f}")
+
+
 def set_threads(count: int) -> None:
     """Use ``count`` compute threads in torch and TensorFlow. On a machine busier than its cores, threads that
     wait for each other at every operation can make a small step 50 times slower (measured here: a cached GPT
@@ -212,6 +250,7 @@ def main() -> None:
     start = time.perf_counter()
     speedups(decoders(models, prompt, src), args.lengths, args.repeats)
     per_token(models, prompt, max(args.lengths), args.repeats)
+    compiled_vs_eager(models, src, args.lengths, args.repeats)
     load = os.getloadavg()
     print(f"\n{time.perf_counter() - start:.0f} s; load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 

@@ -1,5 +1,5 @@
-"""Training and decoding for the Keras Transformer: label-smoothed loss, the paper's optimizer and schedule, a
-trainer with a loss history, batched greedy decoding and beam search.
+"""Training for the Keras Transformer: label-smoothed loss, the paper's optimizer and schedule, a
+trainer with a loss history. Decoding (greedy, beam search, ``translate``) is in ``.decoding``.
 
 Same names and arguments as ``companion.torch.training``. The model-facing code uses ``keras.ops`` only; the
 update itself goes through Keras' own ``train_on_batch``, so every backend (TensorFlow, PyTorch, JAX) computes
@@ -10,23 +10,28 @@ a small CPU, then fast); with a GPU it is also compiled with XLA.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 import keras
 import numpy as np
 from keras import ops
 
-from ..data import decode_ids, encode_sentences, iterate_batches
-from ..text import Vocabulary
+from ..data import iterate_batches
 from ..training import (
-    batch_beam_search_from_scores,
-    beam_search_from_scores,
     progress_bar,
     shift_targets,
     warmup_learning_rate,
 )
+
+# Decoding lives in .decoding; its names stay importable from here, where the course first used them.
+from .decoding import (  # noqa: F401
+    NextTokenLogits,
+    batch_beam_search,
+    beam_search,
+    greedy_decode,
+    next_token_logits,
+    translate,
+)
 from .device import default_device
-from .kv_cache import cached_beam_scorer, cross_attention_cache, decode_cached
 
 ADAM_BETAS = (0.9, 0.98)  # section 5.3 of the paper
 ADAM_EPSILON = 1e-9
@@ -219,6 +224,10 @@ class Trainer:
         decoder_input, labels = shift_targets(tgt_ids)
         if not self.model.built:
             self.model(src_ids[:1], decoder_input[:1])
+        if not self.optimizer.built:
+            # Adam's moment variables, made here rather than inside the traced step: TensorFlow traces a step
+            # that creates variables twice, and the trace is most of the first step's time.
+            self.optimizer.build(self.wrapper.trainable_variables)
         lr = self._rate(self.step + 1)
         with keras.device(self.device):
             loss = self.wrapper.train_on_batch((src_ids, decoder_input), labels)
@@ -280,156 +289,3 @@ class Trainer:
         self.history["seconds"] = [time.perf_counter() - start]
         self.history.update(timing)
         return self.history
-
-
-def greedy_decode(
-    model: keras.Model, src_ids, bos_id: int, eos_id: int, max_len: int | None = None, use_cache: bool = False
-):
-    """Translate a whole batch at once, picking the most likely next token at every step.
-
-    The source is encoded once. Each step runs the decoder on everything generated so far and appends the
-    arg-max of the last position. A sentence that has produced ``eos_id`` is finished: it gets PAD from then on,
-    and the loop stops as soon as every sentence is finished (or after ``max_len`` tokens).
-
-    Args:
-        src_ids: ``(batch, src_len)``.
-        max_len: most tokens to generate; default ``src_len + 10``, capped by the model's ``max_len - 1``.
-        use_cache: keep the decoder's keys and values (``companion.keras.kv_cache``): the cross-attention ones are
-            computed once, and each step computes only the new position. Same tokens, less work. Off by default:
-            the plain loop is the one chapter 7 explains, and it works with any model that has ``encode`` and
-            ``decode``; the cache needs the companion Transformer's decoder layers.
-
-    Returns:
-        int32 tensor ``(batch, out_len)``: the generated tokens without ``<s>``; a finished row ends with
-        ``eos_id`` followed by PAD.
-    """
-    src = ops.convert_to_tensor(np.asarray(src_ids) if isinstance(src_ids, list | tuple) else src_ids)
-    if len(src.shape) != 2:
-        raise ValueError(f"src_ids must have shape (batch, src_len); got shape {tuple(src.shape)}")
-    src = ops.cast(src, "int32")
-    batch = src.shape[0]
-    limit = min(max_len if max_len is not None else src.shape[1] + 10, model.max_len - 1)
-    memory, src_mask = model.encode(src)
-    cross_kv, self_kv = (cross_attention_cache(model, memory) if use_cache else None), None
-    generated = ops.full((batch, 1), bos_id, dtype="int32")  # (batch, 1)
-    finished = ops.zeros((batch,), dtype="bool")
-    for _ in range(limit):
-        if use_cache:  # logits of the new position only: (batch, 1, vocab)
-            logits, self_kv = decode_cached(model, generated, cross_kv, src_mask, self_kv)
-        else:
-            logits = model.decode(generated, memory, src_mask)  # (batch, steps, vocab)
-        next_ids = ops.cast(ops.argmax(logits[:, -1], axis=-1), "int32")  # (batch,)
-        next_ids = ops.where(finished, model.pad_id, next_ids)
-        generated = ops.concatenate([generated, next_ids[:, None]], axis=1)
-        finished = ops.logical_or(finished, ops.equal(next_ids, eos_id))
-        if bool(ops.convert_to_numpy(ops.all(finished))):
-            break
-    return generated[:, 1:]
-
-
-def beam_search(
-    model: keras.Model,
-    src_ids,
-    bos_id: int,
-    eos_id: int,
-    beam_size: int = 4,
-    max_len: int | None = None,
-    length_penalty: float = 0.6,
-    use_cache: bool = False,
-):
-    """Beam search, one source sentence at a time (the beams of a sentence form the batch).
-
-    See ``companion.training.beam_search_from_scores`` for the search itself; this function only supplies the
-    next-token log-probabilities. Same output layout as :func:`greedy_decode`. With ``use_cache=True`` the scores
-    come from ``companion.keras.kv_cache.cached_beam_scorer`` (same numbers, each step computes one position).
-    """
-    src = np.asarray(ops.convert_to_numpy(src_ids) if not isinstance(src_ids, np.ndarray) else src_ids)
-    if src.ndim != 2:
-        raise ValueError(f"src_ids must have shape (batch, src_len); got shape {src.shape}")
-    src = src.astype("int32")
-    limit = min(max_len if max_len is not None else src.shape[1] + 10, model.max_len - 1)
-    results = []
-    for row in range(src.shape[0]):
-        memory, src_mask = model.encode(src[row : row + 1])
-
-        def next_log_probs(prefixes: np.ndarray, memory=memory, src_mask=src_mask) -> np.ndarray:
-            count = prefixes.shape[0]
-            logits = model.decode(
-                prefixes.astype("int32"),
-                ops.repeat(memory, count, axis=0),
-                ops.repeat(src_mask, count, axis=0),
-            )
-            return ops.convert_to_numpy(ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1))
-
-        scorer = cached_beam_scorer(model, memory, src_mask) if use_cache else next_log_probs
-        results.append(beam_search_from_scores(scorer, bos_id, eos_id, beam_size, limit, length_penalty))
-    width = max(len(r) for r in results)
-    out = np.full((len(results), width), model.pad_id, dtype="int32")
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = tokens
-    return ops.convert_to_tensor(out)
-
-
-def translate(
-    model: keras.Model,
-    sentences: Sequence[str],
-    src_vocab: Vocabulary,
-    tgt_vocab: Vocabulary,
-    batch_size: int = 500,
-    beam_size: int | None = None,
-    length_penalty: float = 0.6,
-) -> list[str]:
-    """Translate sentences (strings) with greedy decoding, or beam search when ``beam_size`` is given.
-
-    Beam search runs on whole batches (:func:`batch_beam_search`) and ranks finished hypotheses by their
-    log-probability divided by ``((5 + length) / 6) ** length_penalty`` (0: no length normalization).
-    """
-    outputs: list[str] = []
-    with keras.device(default_device()):
-        for start in range(0, len(sentences), batch_size):
-            src = encode_sentences(sentences[start : start + batch_size], src_vocab).astype("int32")
-            if beam_size is None:
-                ids = greedy_decode(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id)
-            else:
-                ids = batch_beam_search(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id, beam_size,
-                                        length_penalty=length_penalty)
-            outputs += decode_ids(ops.convert_to_numpy(ids), tgt_vocab)
-    return outputs
-
-
-def batch_beam_search(
-    model: keras.Model,
-    src_ids,
-    bos_id: int,
-    eos_id: int,
-    beam_size: int = 4,
-    max_len: int | None = None,
-    length_penalty: float = 0.6,
-):
-    """Beam search for a whole batch: the same search as :func:`beam_search`, one decoder call per step.
-
-    The source is encoded once; at each step the live prefixes of every unfinished sentence are decoded together,
-    each reading its own sentence's memory (see ``companion.training.batch_beam_search_from_scores``). Same output
-    layout as :func:`greedy_decode`: ``(batch, out_len)`` int32, finished rows end with ``eos_id`` then PAD.
-    """
-    src = np.asarray(ops.convert_to_numpy(src_ids) if not isinstance(src_ids, np.ndarray) else src_ids)
-    if src.ndim != 2:
-        raise ValueError(f"src_ids must have shape (batch, src_len); got shape {src.shape}")
-    src = src.astype("int32")
-    limit = min(max_len if max_len is not None else src.shape[1] + 10, model.max_len - 1)
-    memory, src_mask = model.encode(src)
-
-    def next_log_probs(prefixes: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        index = ops.convert_to_tensor(rows.astype("int32"))
-        logits = model.decode(prefixes.astype("int32"), ops.take(memory, index, axis=0),
-                              ops.take(src_mask, index, axis=0))
-        return ops.convert_to_numpy(ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1))
-
-    results = batch_beam_search_from_scores(
-        next_log_probs, src.shape[0], bos_id, eos_id, beam_size, limit, length_penalty
-    )
-    width = max(len(r) for r in results)
-    out = np.full((len(results), width), model.pad_id, dtype="int32")
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = tokens
-    return ops.convert_to_tensor(out)

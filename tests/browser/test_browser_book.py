@@ -20,7 +20,9 @@ import functools
 import html.parser
 import http.server
 import os
+import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -43,15 +45,27 @@ CHROMIUM_ARGS = [
 ]
 # Folders of the build that hold assets, not pages.
 NOT_PAGES = {"_static", "_sources", "_images", "_downloads"}
-PAGE_TIMEOUT_MS = 30_000
-MATHJAX_TIMEOUT_MS = 30_000
+# Generous: on a 2-core CI machine the browser shares the CPU with nbval's notebooks. Only a failure waits this long.
+PAGE_TIMEOUT_MS = 90_000
+MATHJAX_TIMEOUT_MS = 90_000
+# A page counts as loaded when no request of its has been in flight for this long.
+QUIET_MS = 500
+_REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
+
+
+def _redirect_target(path: Path) -> str | None:
+    """Where a redirect stub (Jupyter Book's ``index.html``) sends the reader, or None for a real page."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    found = _REDIRECT.search(text)
+    return found.group(1) if found and len(text) < 500 else None
 
 
 def _pages() -> list[str]:
+    """Every page of the build, without redirect stubs (they navigate away at once; see test_front_page_redirects)."""
     if not HTML.is_dir():
         return []
     pages = (p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html"))
-    return sorted(p for p in pages if p.split("/")[0] not in NOT_PAGES)
+    return sorted(p for p in pages if p.split("/")[0] not in NOT_PAGES and not _redirect_target(HTML / p))
 
 
 def _unavailable() -> str | None:
@@ -124,12 +138,15 @@ class Visit:
         self.console_errors: list[str] = []
         self.outside_requests: list[str] = []
         self.failed: list[str] = []
+        self.in_flight: set = set()
         self.context.route("**/*", self._route)
         self.page = self.context.new_page()
         self.page.set_default_timeout(PAGE_TIMEOUT_MS)
         self.page.on("console", lambda m: m.type == "error" and self.console_errors.append(f"{m.text} ({m.location})"))
         self.page.on("pageerror", lambda e: self.console_errors.append(f"uncaught: {e}"))
         self.page.on("requestfailed", self._request_failed)
+        self.page.on("request", lambda r: self.in_flight.add(r))
+        self.page.on("requestfinished", lambda r: self.in_flight.discard(r))
         self.page.on("response", lambda r: r.status >= 400 and self.failed.append(f"HTTP {r.status} {r.url}"))
 
     def _route(self, route) -> None:
@@ -142,12 +159,33 @@ class Visit:
             route.abort("internetdisconnected")
 
     def _request_failed(self, request) -> None:
+        self.in_flight.discard(request)
         if request.url not in self.outside_requests:
             self.failed.append(f"{request.failure} {request.url}")
 
     def open(self, page: str) -> None:
         self.page.goto(self.base + page, wait_until="load")
-        self.page.wait_for_load_state("networkidle")
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait until no request has been in flight for QUIET_MS; fail naming the requests that never finish.
+
+        Playwright's "networkidle" does the same but, on a timeout, does not say which request kept it waiting.
+        """
+        deadline = time.monotonic() + PAGE_TIMEOUT_MS / 1000
+        quiet_since = None
+        while True:
+            now = time.monotonic()
+            if self.in_flight:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= QUIET_MS / 1000:
+                return
+            if now > deadline:
+                pending = sorted(r.url for r in self.in_flight)
+                raise AssertionError(f"{self.page.url}: requests still loading after {PAGE_TIMEOUT_MS} ms: {pending}")
+            self.page.wait_for_timeout(50)
 
     def close(self) -> None:
         self.context.close()
@@ -239,7 +277,7 @@ def test_page_works_offline(visit: Visit, page: str) -> None:
         }"""
     )
     broken = [img["src"] for img in images if not img["ok"]]
-    p.wait_for_load_state("networkidle")
+    visit.settle()
     _SEEN[page] = p.evaluate(_COLLECT)
 
     assert not visit.outside_requests, f"{page}: requests leaving localhost: {visit.outside_requests}"
@@ -364,6 +402,18 @@ def test_search_finds_words(visit: Visit) -> None:
     results.first.wait_for(state="attached", timeout=PAGE_TIMEOUT_MS)
     assert results.count() > 0
     assert not visit.console_errors and not visit.outside_requests
+
+
+def test_front_page_redirects(visit: Visit) -> None:
+    """``index.html`` (the address a reader types) forwards to the book's first page, which exists."""
+    target = _redirect_target(HTML / "index.html")
+    assert target, "index.html is neither a redirect stub nor in PAGES"
+    assert (HTML / target).is_file(), f"index.html forwards to {target}, which is not in the build"
+    visit.page.goto(visit.base + "index.html", wait_until="commit")
+    visit.page.wait_for_url(visit.base + target)
+    visit.settle()
+    assert visit.page.locator("article.bd-article h1").count() == 1, f"{target}: no title after the redirect"
+    assert not visit.console_errors and not visit.outside_requests and not visit.failed
 
 
 def test_chapter_pages_offer_ipynb_download() -> None:
