@@ -348,6 +348,22 @@ def test_beam_of_one_is_greedy(framework):
     np.testing.assert_array_equal(pad[0], pad[1])
 
 
+def test_keras_compiled_next_token_equals_eager_decode():
+    """next_token_logits (one compiled call) gives model.decode's last position, built once per model and kept."""
+    keras.utils.set_random_seed(2)
+    model = KerasTransformer(12, 14, d_model=16, num_heads=2, num_layers=2, d_ff=16, max_len=12, dropout=0.1)
+    src = np.array([[2, 5, 6, 7, 3], [2, 8, 3, 0, 0]], dtype="int32")
+    memory, src_mask = model.encode(src)
+    scorer = keras_training.next_token_logits(model)
+    assert keras_training.next_token_logits(model) is scorer
+    for steps in (1, 2, 5):  # new lengths: traced again, then one graph for any length
+        generated = np.tile(np.arange(2, 2 + steps, dtype="int32"), (2, 1))
+        eager = ops.convert_to_numpy(model.decode(generated, memory, src_mask))[:, -1]
+        np.testing.assert_allclose(scorer(generated, memory, src_mask), eager, atol=1e-5)
+    assert len(model.layers) == len(KerasTransformer(12, 14, d_model=16, num_heads=2, num_layers=2, d_ff=16,
+                                                     max_len=12).layers)  # the wrapper is not one of its layers
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Training: torch and Keras from the same weights, on the same batches
 # ---------------------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ one compiled call per step (:func:`next_token_logits`).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 import keras
@@ -51,9 +50,6 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-_SCORERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def next_token_logits(model: keras.Model):
     """``f(generated, memory, src_mask) -> (batch, tgt_vocab)`` NumPy logits, compiled once per model and reused.
 
@@ -64,7 +60,7 @@ def next_token_logits(model: keras.Model):
     if not isinstance(model, Transformer):
         return lambda generated, memory, src_mask: ops.convert_to_numpy(
             ops.cast(model.decode(generated, memory, src_mask)[:, -1], "float32"))
-    scorer = _SCORERS.get(model)
+    scorer = getattr(model, "_next_token_scorer", None)
     if scorer is None:
         wrapper = NextTokenLogits(model)
         wrapper.compile(jit_compile=False)
@@ -72,7 +68,9 @@ def next_token_logits(model: keras.Model):
         def scorer(generated, memory, src_mask, wrapper=wrapper) -> np.ndarray:
             return np.asarray(wrapper.predict_on_batch([generated, memory, src_mask]))
 
-        _SCORERS[model] = scorer
+        # Kept on the model, so it lives exactly as long as the model. object.__setattr__ keeps Keras from
+        # tracking the wrapper as one of the layers of the very model it wraps.
+        object.__setattr__(model, "_next_token_scorer", scorer)
     return scorer
 
 
