@@ -13,7 +13,8 @@ Two measurements, each on the same weights in both frameworks (copied with ``com
    ``next_token_logits``, one compiled Keras call per step (a graph on TensorFlow); the same loop calling
    ``model.decode`` eagerly, one operation at a time, is what it replaced. Same tokens, checked on every run.
    In part 1 the Keras Transformer's uncached column is therefore the compiled decoder, and its cached column
-   the eager cache: the ratio there compares two changes at once, which part 3 separates.
+   the cache run op by op: that ratio mixes two changes (on a CPU, compiling alone gains about as much as the
+   cache does), so the cache's goal is checked here instead, against the same loop op by op.
 
 Both decoders also produce the same tokens with and without the cache (checked here on every run, and in
 ``tests/test_kv_cache.py``).
@@ -126,6 +127,10 @@ def speedups(runs: dict, lengths: list[int], repeats: int) -> None:
             ratio = statistics.median(plain) / statistics.median(fast)
             flag = "  (goal met)" if length == max(lengths) and ratio >= 3 else ""
             flag = "  (BELOW GOAL)" if length == max(lengths) and ratio < 3 else flag
+            if (framework, model) == ("keras", "Transformer") and length == max(lengths):
+                # Its uncached decoder is one compiled call per step, its cache runs op by op: part 3 compares
+                # the cache with the same loop op by op, which is the goal's like-for-like measurement.
+                flag = "  (uncached is compiled: the goal is checked in part 3)"
             print(f"{framework:<10}{model:<13}{length:>7}{statistics.median(plain):>12.3f}"
                   f"{statistics.median(fast):>10.3f}{ratio:>9.1f}x{flag}")
 
@@ -185,7 +190,8 @@ def eager_greedy(model, src: np.ndarray, length: int) -> np.ndarray:
 def compiled_vs_eager(models: dict, src: np.ndarray, lengths: list[int], repeats: int) -> None:
     print(f"\n3. Keras Transformer, no cache: the decoder called op by op against one compiled call per step "
           f"(median of {repeats})")
-    print(f"{'tokens':>7}{'op by op s':>12}{'compiled s':>12}{'speed-up':>10}{'cached s':>10}")
+    print(f"{'tokens':>7}{'op by op s':>12}{'compiled s':>12}{'speed-up':>10}{'cached s':>10}"
+          f"{'cache vs op by op':>19}")
     model = models["keras"]["transformer"]
     compiled = lambda n, cache=False: keras_training.greedy_decode(model, src, BOS, NEVER, n, cache)  # noqa: E731
     eager_greedy(model, src, 4), compiled(4), compiled(4, True)  # warm-up: build and trace
@@ -200,8 +206,10 @@ def compiled_vs_eager(models: dict, src: np.ndarray, lengths: list[int], repeats
             if not np.array_equal(out_eager, out_fast):
                 raise AssertionError(f"compiling the decoder changed the tokens at length {length}")
         ratio = statistics.median(eager) / statistics.median(fast)
+        cache_ratio = statistics.median(eager) / statistics.median(cached)
+        flag = "" if length != max(lengths) else "  (goal met)" if cache_ratio >= 3 else "  (BELOW GOAL)"
         print(f"{length:>7}{statistics.median(eager):>12.3f}{statistics.median(fast):>12.3f}{ratio:>9.1f}x"
-              f"{statistics.median(cached):>10.3f}")
+              f"{statistics.median(cached):>10.3f}{cache_ratio:>18.1f}x{flag}")
 
 
 def set_threads(count: int) -> None:

@@ -88,9 +88,11 @@ def greedy_decode(
         src_ids: ``(batch, src_len)``.
         max_len: most tokens to generate; default ``src_len + 10``, capped by the model's ``max_len - 1``.
         use_cache: keep the decoder's keys and values (``companion.keras.kv_cache``): the cross-attention ones are
-            computed once, and each step computes only the new position. Same tokens, less work. Off by default:
-            the plain loop is the one chapter 7 explains, and it works with any model that has ``encode`` and
-            ``decode``; the cache needs the companion Transformer's decoder layers.
+            computed once, and each step computes only the new position. Same tokens, less arithmetic, but the
+            cached step runs op by op while the plain one is compiled: on a CPU the cache pays only for long
+            outputs (``benchmarks/bench_decode.py`` measures both). Off by default: the plain loop is the one
+            chapter 7 explains, and it works with any model that has ``encode`` and ``decode``; the cache needs
+            the companion Transformer's decoder layers.
 
     Returns:
         int32 tensor ``(batch, out_len)``: the generated tokens without ``<s>``; a finished row ends with
