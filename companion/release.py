@@ -33,7 +33,9 @@ else:  # pragma: no cover - Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 #: Shipped: files under these folders, and these files.
 INCLUDE_DIRS = ("notebooks", "exercises", "companion", "book", "data")
-INCLUDE_FILES = ("_config.yml", "_toc.yml", "pyproject.toml", ".gitignore", ".github/workflows/grade.yml")
+# actionlint.yaml names grade.yml's self-hosted runner labels, so the release's workflow lints clean on its own.
+INCLUDE_FILES = ("_config.yml", "_toc.yml", "pyproject.toml", ".gitignore", ".github/workflows/grade.yml",
+                 ".github/actionlint.yaml")
 #: Never shipped, even under an included folder: instructor and developer tools.
 EXCLUDE_FILES = ("companion/release.py", "companion/grade/synthetic.py", "companion/grade/mutant_source.py")
 TEXT_SUFFIXES = {".md", ".py", ".yml", ".yaml", ".toml", ".txt", ".tsv", ".json", ".cfg", ".bib", ".ipynb", ""}
