@@ -83,3 +83,17 @@ def test_grade_workflow_grades_with_the_course_checks():
     step = next(step for step in grade["steps"] if step.get("name") == "Grade")
     assert step["working-directory"] == "course" and "python -m companion.grade" in step["run"]
     assert flow["permissions"] == {"contents": "read"}
+
+
+def test_the_student_release_passes_actionlint_on_its_own(tmp_path):
+    """The release's workflow lints clean inside the release folder: it ships actionlint.yaml's runner labels."""
+    from companion import release
+
+    dest = tmp_path / "student"
+    release.build_release(dest)
+    # A student's copy is a Git repository; actionlint finds .github/actionlint.yaml from the repository's root.
+    subprocess.run(["git", "init", "-q", str(dest)], check=True)
+    files = sorted((dest / ".github" / "workflows").glob("*.yml"))
+    assert [p.name for p in files] == ["grade.yml"]
+    done = _actionlint(*files, cwd=dest)
+    assert done.returncode == 0, done.stdout + done.stderr
