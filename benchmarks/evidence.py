@@ -1,0 +1,88 @@
+"""Multi-seed evidence that the chapters cite: a result file in ``benchmarks/results/`` records where its numbers
+come from, and a test (``tests/test_evidence.py``) fails when the code they depend on has changed since.
+
+A benchmark writes its results with ``write_evidence``::
+
+    write_evidence("benchmarks/results/translation_seeds.json", results,
+                   seeds=[0, 1, 2, 3, 4], code=["companion/training.py", "companion/torch/model.py"])
+
+The file holds ``{"provenance": {...}, "results": results}``. The provenance names the command, the seeds, the
+date, the machine, the versions of Python, NumPy, PyTorch, TensorFlow and Keras, and a SHA-256 over the listed
+code files (paths relative to the repository, folders taken whole). A chapter reads ``results`` with
+``read_evidence``; ``stale_code`` says which files changed since the file was written.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _files(code: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for name in code:
+        path = ROOT / name
+        if path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ValueError(f"code: {name!r} is neither a file nor a folder of the repository")
+    return files
+
+
+def code_hashes(code: list[str]) -> dict[str, str]:
+    """SHA-256 of each file named in ``code`` (folders expanded), keyed by its path relative to the repository."""
+    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in _files(code)}
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_evidence(path: str | Path, results: Any, *, seeds: list[int], code: list[str],
+                   command: str | None = None, notes: str = "") -> Path:
+    """Write ``results`` (JSON-serialisable) with its provenance to ``path``; return the path."""
+    if not seeds:
+        raise ValueError("seeds: a multi-seed result needs at least one seed")
+    provenance = {
+        "command": command or " ".join(["python", *sys.argv]),
+        "seeds": list(seeds),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "machine": f"{platform.machine()}, {platform.processor() or 'unknown processor'}, "
+                   f"{platform.system()} {platform.release()}",
+        "versions": {name: _version(name) for name in ("numpy", "torch", "tensorflow", "keras")}
+                    | {"python": platform.python_version()},
+        "code": code_hashes(code),
+        "notes": notes,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": provenance, "results": results}, indent=1) + "\n")
+    return path
+
+
+def read_evidence(name: str) -> dict[str, Any]:
+    """The whole file ``benchmarks/results/<name>`` (``provenance`` and ``results``)."""
+    return json.loads((RESULTS / name).read_text())
+
+
+def stale_code(evidence: dict[str, Any]) -> list[str]:
+    """The files whose content changed (or that disappeared or appeared) since ``evidence`` was written."""
+    recorded = evidence["provenance"]["code"]
+    folders = sorted({name for name in recorded if not (ROOT / name).is_file()})
+    now = code_hashes([name for name in recorded if (ROOT / name).is_file()])
+    changed = [name for name, digest in recorded.items() if now.get(name) != digest]
+    return sorted(set(changed) | set(folders))

@@ -1,0 +1,38 @@
+"""Stale evidence cannot stay in the book: every result file in benchmarks/results/*.json must have been written
+by the current version of the code it names."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import evidence  # noqa: E402
+
+FILES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_result_file_matches_its_code(path):
+    data = json.loads(path.read_text())
+    provenance = data["provenance"]
+    assert provenance["seeds"] and provenance["command"] and provenance["code"], f"{path.name}: incomplete provenance"
+    stale = evidence.stale_code(data)
+    assert not stale, (f"{path.name} was computed by other code than today's ({', '.join(stale)} changed): "
+                       f"rerun `{provenance['command']}` and commit the new file")
+
+
+def test_a_changed_file_is_seen(tmp_path, monkeypatch):
+    code = tmp_path / "model.py"
+    code.write_text("x = 1\n")
+    monkeypatch.setattr(evidence, "ROOT", tmp_path)
+    out = evidence.write_evidence(tmp_path / "r.json", {"mean": 1.0}, seeds=[0, 1], code=["model.py"])
+    data = json.loads(out.read_text())
+    assert evidence.stale_code(data) == []
+    code.write_text("x = 2\n")
+    assert evidence.stale_code(data) == ["model.py"]
+    with pytest.raises(ValueError, match="seeds"):
+        evidence.write_evidence(tmp_path / "r.json", {}, seeds=[], code=["model.py"])
