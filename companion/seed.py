@@ -6,10 +6,16 @@ samples or draws random data, so a reader or a test can rerun any page with anot
 
 A page calls ``seed_everything()`` once at the top, and passes ``course_seed()`` (or ``course_seed() + k`` for
 the k-th independent draw) wherever a function takes a ``seed`` argument.
+
+A sentence of a page about numbers that depend on the seed (a trained, sampled or timed result) is asserted with
+``claim(holds, sentence, printed)``: a failure says what the sentence claims, what this run printed, and which
+seed reproduces it. With ``COURSE_CLAIMS_LOG=FILE`` set, claims are appended to FILE (one JSON line each) instead
+of raised, so ``benchmarks/claims_by_seed.py`` can tabulate every claim of a page over many seeds.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -17,6 +23,7 @@ import sys
 import numpy as np
 
 ENV_VAR = "COURSE_SEED"
+CLAIMS_LOG_VAR = "COURSE_CLAIMS_LOG"
 
 
 def course_seed() -> int:
@@ -49,3 +56,22 @@ def seed_everything(offset: int = 0) -> int:
     if "keras" in sys.modules:
         sys.modules["keras"].utils.set_random_seed(seed)
     return seed
+
+
+def claim(holds: bool, sentence: str, printed: str) -> None:
+    """Assert that ``sentence`` (what the page says about its printed numbers) holds for this run.
+
+    ``printed`` shows the numbers the sentence rests on, as this run printed them. Raises ``AssertionError`` with
+    both and the seed that reproduces the run; records instead of raising when ``COURSE_CLAIMS_LOG`` is set.
+    """
+    log = os.environ.get(CLAIMS_LOG_VAR)
+    if log:
+        record = {"claim": sentence, "holds": bool(holds), "printed": printed, "seed": course_seed()}
+        with open(log, "a", encoding="utf-8") as file:
+            file.write(json.dumps(record) + "\n")
+        return
+    if not holds:
+        raise AssertionError(
+            f"The text says: {sentence}\nThis run printed: {printed}\n"
+            f"The sentence does not hold for this run; `{ENV_VAR}={course_seed()}` on this machine reproduces it. "
+            "Trained and sampled numbers differ between seeds and CPUs: please report the seed and your CPU.")

@@ -36,3 +36,14 @@ def test_a_changed_file_is_seen(tmp_path, monkeypatch):
     assert evidence.stale_code(data) == ["model.py"]
     with pytest.raises(ValueError, match="seeds"):
         evidence.write_evidence(tmp_path / "r.json", {}, seeds=[], code=["model.py"])
+
+
+def test_claims_table_names_the_failing_seeds():
+    import claims_by_seed
+
+    runs = [{"seed": 0, "claims": [{"claim": "beam helps", "holds": True, "printed": "1 > 0"}], "errors": []},
+            {"seed": 1, "claims": [{"claim": "beam helps", "holds": False, "printed": "0 > 1"}],
+             "errors": [{"cell": 3, "error": "AssertionError: x"}]}]
+    rows, text = claims_by_seed.table(runs)
+    assert rows == [{"claim": "beam helps", "fails": [1], "holds": [0], "printed": {"0": "1 > 0", "1": "0 > 1"}}]
+    assert "FAILS for seeds [1]" in text and "seed 1, cell 3: AssertionError" in text
