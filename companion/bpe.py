@@ -17,11 +17,13 @@ the same ids for the same corpus (``tests/test_bpe.py`` checks this):
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from itertools import pairwise
+from typing import Any
 
 import regex
 
@@ -82,6 +84,21 @@ def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
     return counts
 
 
+class _new_or_in_place:
+    """Method decorator: called on the class, the method runs on a new instance; on an instance, on that instance."""
+
+    def __init__(self, function: Callable):
+        self.function = function
+        functools.update_wrapper(self, function)
+
+    def __get__(self, instance: Any, owner: type) -> Callable:
+        @functools.wraps(self.function)
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            return self.function(owner() if instance is None else instance, *args, **kwargs)
+
+        return bound
+
+
 class BPE:
     """A trained byte-level BPE tokenizer.
 
@@ -125,9 +142,12 @@ class BPE:
     def __repr__(self) -> str:
         return f"BPE(vocab_size={len(self)}, merges={len(self.merges)})"
 
-    @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int) -> BPE:
+    @_new_or_in_place
+    def train(self, texts: Iterable[str], vocab_size: int) -> BPE:
         """Learn merges from ``texts`` until the vocabulary holds ``vocab_size`` tokens (or nothing is left to merge).
+
+        ``BPE.train(texts, n)`` returns a new tokenizer; ``bpe = BPE(); bpe.train(texts, n)`` trains ``bpe`` itself
+        (and returns it), as Hugging Face ``tokenizers`` and ``minbpe`` do.
 
         Args:
             texts: the training corpus, one string per document.
@@ -135,7 +155,10 @@ class BPE:
         """
         if vocab_size < 256:
             raise ValueError(f"vocab_size must be at least 256 (one token per byte); got {vocab_size}")
-        bpe = cls()
+        if self.merges:
+            raise ValueError(f"train: this tokenizer already has {len(self.merges)} merges; train a new BPE() instead")
+        bpe = self
+        bpe._cache.clear()
         # Count every distinct word once, as a tuple of byte ids: merges happen inside words.
         word_counts = Counter(word for text in texts for word in split_words(text))
         words = [[bpe._byte_ids[b] for b in word.encode("utf-8")] for word in word_counts]

@@ -135,3 +135,14 @@ def test_corpus_helpers():
     assert unigram_perplexity([0, 1, 2, 3], [3, 2, 1, 0], vocab_size=4) == pytest.approx(4.0)
     with pytest.raises(ValueError, match="valid_fraction"):
         split_documents(documents, valid_fraction=1.5)
+
+
+def test_train_in_place_or_new():
+    texts = ["low lower lowest", "new newer newest"] * 3
+    new = BPE.train(texts, 270)
+    in_place = BPE()
+    assert in_place.train(texts, 270) is in_place          # trains the tokenizer it is called on
+    assert in_place.merges == new.merges and len(in_place) == len(new) == 270
+    assert in_place.encode("lowest newer") == new.encode("lowest newer")
+    with pytest.raises(ValueError, match="already has 14 merges"):
+        in_place.train(texts, 280)                          # no silent retraining on top of old merges
