@@ -5,7 +5,8 @@ from .attention import scaled_dot_product_attention
 from .device import default_device
 from .gpt import GPT, GPTBlock, generate
 from .masking import causal_mask, combine_masks, padding_mask
-from .model import Decoder, DecoderLayer, Encoder, EncoderLayer, MinTransformer, Transformer
+from .min_transformer import MinTransformer
+from .model import Decoder, DecoderLayer, Encoder, EncoderLayer, Transformer
 from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding, sinusoidal_positional_encoding
 from .text import TokenEmbedding, check_ids
