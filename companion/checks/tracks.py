@@ -95,6 +95,37 @@ def expect_answer_dict(answer: Any, keys: Sequence[str], what: str) -> dict:
     return answer
 
 
+#: The exercises' rule for answers whose type the text names (stated in the conventions of chapter 1's exercises).
+ANSWER_TYPE_RULE = ("the rule of every chapter's exercises, stated in chapter 1: an answer has the type the text "
+                    "names; 12.0 is not an int, 12 is not a float, a list is not a tuple, and a NumPy scalar counts "
+                    "as the Python number of its kind")
+_ANSWER_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int, np.integer),
+    "float": (float, np.floating),
+    "tuple": (tuple,),
+    "list": (list,),
+    "dict": (dict,),
+    "str": (str,),
+}
+
+
+def expect_answer_type(value: Any, kind: str, what: str) -> None:
+    """The one check of an answer whose type the text names: ``kind`` is ``"int"``, ``"float"``, ``"tuple"``,
+    ``"list"``, ``"dict"`` or ``"str"``.
+
+    A bool is never a number; a NumPy integer counts as an int and a NumPy float as a float (see
+    :data:`ANSWER_TYPE_RULE`). Like :func:`expect_type`, the failure is deferred so that a named mistake comes first.
+    """
+    if kind not in _ANSWER_TYPES:
+        raise ValueError(f"kind must be one of {', '.join(_ANSWER_TYPES)}; got {kind!r}")
+    if isinstance(value, bool | np.bool_) or not isinstance(value, _ANSWER_TYPES[kind]):
+        from companion.checks import _short
+
+        article = "an" if kind == "int" else "a"
+        raise CheckFailed(f"the text says: {what} is {article} {kind}; got {type(value).__name__} {_short(value)} "
+                          f"({ANSWER_TYPE_RULE})")
+
+
 def expect_number(value: Any, expected: float, what: str, mistakes: dict[str, float | None] | None = None,
                   rtol: float = 1e-6) -> None:
     """A numeric answer (an int or a float; not a bool, not a string) equal to ``expected`` within ``rtol``.
