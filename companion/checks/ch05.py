@@ -174,7 +174,7 @@ def check_encoder_input_keras(encoder_input_keras) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: warm-up, find-the-bug, stretch and graded prediction
+# Warm-up, find-the-bug, stretch and graded prediction
 # ---------------------------------------------------------------------------------------------------------------
 
 

@@ -227,7 +227,7 @@ def check_encoder_layer_parameters(encoder_layer_parameters) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: warm-up, find-the-bug, stretch and graded prediction
+# Warm-up, find-the-bug, stretch and graded prediction
 # ---------------------------------------------------------------------------------------------------------------
 
 

@@ -465,7 +465,7 @@ def check_greedy_decode_keras(greedy_decode_keras) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: find-the-bug (a loss that counts PAD), graded prediction, stretch
+# Find-the-bug (a loss that counts PAD), graded prediction, stretch
 # ---------------------------------------------------------------------------------------------------------------
 
 

@@ -359,7 +359,7 @@ def check_perplexity(perplexity) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: find-the-bug (causal softmax in float16 / a mask that hides the diagonal), stretch, graded prediction
+# Find-the-bug (causal softmax in float16 / a mask that hides the diagonal), stretch, graded prediction
 # ---------------------------------------------------------------------------------------------------------------
 
 
