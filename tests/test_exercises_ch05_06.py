@@ -239,6 +239,8 @@ def _hits(kind):
                 return rate
             if kind == "text":
                 return f"{1 - (1 - rate) ** layers:.2f}"
+            if kind == "int when nothing drops":
+                return 0 if rate == 0 else 1 - (1 - rate) ** layers
             return 0.47
 
         return dropout_hit_fraction
@@ -428,15 +430,32 @@ CH06_MISTAKES += [
     ("dropout_hit_fraction", _hits("sum"), "adds the probabilities"),
     ("dropout_hit_fraction", _hits("survives"), "survives every block"),
     ("dropout_hit_fraction", _hits("one"), "one block"),
-    ("dropout_hit_fraction", _hits("text"), "a number"),
+    ("dropout_hit_fraction", _hits("text"), "is a float; got str"),
     ("dropout_hit_fraction", _hits("constant"), "differs|should be"),
 ]
 
 
+def _pe_as_list(max_len, d_model):
+    return _pe_right(max_len, d_model).tolist()
+
+
+def _count_as_float(d_model, d_ff, num_heads):
+    return float(_count()(d_model, d_ff, num_heads))
+
+
+# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+STATED_TYPES = [
+    ("positional_encoding", lambda: _pe_as_list, "the text says: a NumPy array\\) should be a NumPy array; got list"),
+    ("encoder_layer_parameters", lambda: _count_as_float, "\\(as an int\\) is an int; got float"),
+    ("dropout_hit_fraction", _hits("int when nothing drops"), "\\(as a float\\) is a float; got int"),
+]
+MISTAKE_CLASSES = {"a type the text states": STATED_TYPES}
+
+
 @pytest.mark.parametrize(
     "exercise_id, make_wrong, message",
-    CH05_MISTAKES + CH06_MISTAKES,
-    ids=[f"{e}-{m}" for e, _, m in CH05_MISTAKES + CH06_MISTAKES],
+    CH05_MISTAKES + CH06_MISTAKES + STATED_TYPES,
+    ids=[f"{e}-{m}" for e, _, m in CH05_MISTAKES + CH06_MISTAKES + STATED_TYPES],
 )
 def test_typical_mistakes_are_named(exercise_id, make_wrong, message):
     with pytest.raises(CheckFailed, match=message):
@@ -455,7 +474,7 @@ def test_each_exercise_has_at_least_three_named_mistakes():
 def test_wrong_default_epsilon_and_non_integer_counts_fail():
     with pytest.raises(CheckFailed, match="default epsilon"):
         run_check("layer_norm", _ln_eps_1e6)
-    with pytest.raises(CheckFailed, match="whole number"):
+    with pytest.raises(CheckFailed, match="is an int; got float"):
         run_check("encoder_layer_parameters", lambda d, f, h: float(_count()(d, f, h)))
 
 

@@ -68,13 +68,15 @@ def _table_mistakes(max_len: int, d_model: int) -> dict[str, np.ndarray]:
 @exercise(CHAPTER, "positional_encoding", "the sinusoidal table (max_len, d_model): sin in column 2i, cos in 2i + 1")
 def check_positional_encoding(positional_encoding) -> None:
     for max_len, d_model in [(10, 4), (50, 16), (7, 6), (40, 64)]:
-        answer = to_numpy(call(positional_encoding, max_len, d_model))
+        result = call(positional_encoding, max_len, d_model)
         expect_close(
-            answer,
+            to_numpy(result),
             sinusoidal_positional_encoding(max_len, d_model),
             f"positional_encoding({max_len}, {d_model})",
             mistakes=_table_mistakes(max_len, d_model),
         )
+        expect_type(result, "numpy", f"the result of positional_encoding({max_len}, {d_model}) (the text says: a "
+                                     "NumPy array)", "float")
 
 
 @exercise(CHAPTER, "shift_encoding", "move encodings by k positions: rotate each (sin, cos) pair by omega_i * k")
