@@ -115,7 +115,7 @@ MUTANTS = [
     ("label_smoothed_loss_torch", _loss_float, "cannot be differentiated.*the output is a float"),
     ("label_smoothed_loss_torch", _loss_detached, "cannot be differentiated"),
     ("label_smoothed_loss_keras", _as_numpy(CH7["label_smoothed_loss_keras"]), "should be a Keras tensor"),
-    ("count_parameters", _count_string, "should return an integer; got str '"),
+    ("count_parameters", _count_string, "is an int; got str '"),
     ("encoder_layer_parameters", _encoder_layer_float, "\\(as an int\\) is an int; got float"),
     ("greedy_decode_torch", _greedy_reencode, "called model.encode \\d+ times: encode the source once"),
 ]
