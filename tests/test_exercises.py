@@ -200,6 +200,15 @@ def _answers_as_floats():
     return {"positions_needed": 12.0, "id_without_position": 11.0}
 
 
+def _embed_torch_in_numpy(ids, table):
+    ids, table = ids.numpy(), table.detach().numpy()
+    return np.eye(table.shape[0], dtype=table.dtype)[ids] @ table * table.shape[1] ** 0.5
+
+
+def _vocab_as_pairs(sentences):
+    return list(_vocab_sorted(sentences).items())
+
+
 def _gradient_rows_of_the_batch(ids, upstream, vocab_size):
     return _gradient_right(ids, upstream, int(ids.max()) + 1)
 
@@ -214,6 +223,12 @@ STATED_TYPES = [
     ("one_hot_answers", _answers_as_floats, "positions_needed \\(a dict of two Python ints\\) is an int; got float"),
     ("pad_batch", _pad_list, "return a NumPy integer array"),
     ("embedding_gradient", _gradient_as_list, "NumPy array"),
+    ("build_vocabulary", _vocab_as_pairs, "returns a dictionary from each word to its id; got list"),
+    ("one_hot_answers", _answers_as_tuple, "return a dict"),
+    ("embed_torch", _embed_torch_in_numpy, "should be a torch.Tensor; got ndarray"),
+    ("embed_keras", _embed_numpy, "should be a Keras tensor"),
+    ("fixed_embed_torch", _embed_torch_in_numpy, "should be a torch.Tensor; got ndarray"),
+    ("fixed_embed_keras", _embed_numpy, "Keras tensor"),
 ]
 MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES}
 
@@ -239,14 +254,12 @@ MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text sta
         # a graded question, find-the-bug in both tracks, a stretch
         ("one_hot_answers", _answers_forgot_pad, "AND PAD"),
         ("one_hot_answers", _answers_zero_has_no_position, "the largest id does not"),
-        ("one_hot_answers", _answers_as_tuple, "return a dict"),
         ("fixed_embed_torch", _embed_inferred_classes, "num_classes=vocab_size"),   # the bug as handed out
         ("fixed_embed_torch", _embed_unscaled, "sqrt"),
         ("fixed_embed_torch", _embed_divided_numpy, "you divided"),
         ("fixed_embed_torch", _embed_detached, "no gradient reaches"),
         ("fixed_embed_keras", _embed_divided_numpy, "you divided"),                 # the bug as handed out
         ("fixed_embed_keras", _embed_numpy_unscaled, "sqrt"),
-        ("fixed_embed_keras", _embed_numpy, "Keras tensor"),
         ("embedding_gradient", _gradient_overwritten, "SUM of its upstream"),
         ("embedding_gradient", _gradient_scaled, "without the sqrt"),
     ] + NAMED_INPUTS + STATED_TYPES,

@@ -127,7 +127,8 @@ def _scaled(kind):
     def attention(q, k, v, scale=None):
         scores = q @ np.swapaxes(k, -1, -2)
         default = 1 / math.sqrt(q.shape[-1])
-        factor = {"divide": 1 / scale, "both": scale * default, "ignored": default}[kind] if scale else default
+        factor = {"divide": 1 / scale, "both": scale * default, "ignored": default, "right": scale}[kind] if scale \
+            else default
         weights = _softmax(scores * factor)
         return weights @ v, weights
 
@@ -449,8 +450,10 @@ def _causal(kind):
     return causal_mask
 
 
-def _masked_torch(fill="lowest", where="before", scale=True):
+def _masked_torch(fill="lowest", where="before", scale=True, upcast=False):
     def masked_attention(q, k, v, mask):
+        if upcast:  # computes in float32 whatever the inputs
+            q, k, v = q.float(), k.float(), v.float()
         scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
         if where == "after":
             weights = scores.softmax(-1) * mask
@@ -477,10 +480,14 @@ def _masked_keras(fill="lowest"):
 
 def _masked_numpy(kind):
     def masked_attention(q, k, v, mask):
+        dtype = q.dtype
         q, k, v = (a.astype(np.float64) for a in (q, k, v))
         scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
         if kind == "after":
             weights = _softmax(scores) * mask
+        elif kind == "right":  # the right values, as NumPy arrays of the inputs' dtype
+            weights = _softmax(np.where(mask, scores, np.finfo(np.float64).min))
+            return (weights @ v).astype(dtype), weights.astype(dtype)
         else:
             weights = _softmax(np.where(mask, np.finfo(np.float64).min, scores))
         return weights @ v, weights
@@ -512,6 +519,8 @@ def _three_masks(kind):
             decoder = tgt | causal
         elif kind == "causal encoder":
             encoder = src & np.tril(np.ones((src_len, src_len), dtype=bool))[None, None]
+        elif kind == "as list":
+            return [encoder, decoder, cross]
         return encoder, decoder, cross
 
     return transformer_masks
@@ -731,6 +740,14 @@ NAMED_INPUTS = [
       for prefix in ("", "fixed_") for track, factory in (("torch", _masked_torch), ("keras", _masked_keras))],
 ]
 STATED_TYPES = [
+    ("attention_torch", _scaled("right"), "should be a torch.Tensor; got ndarray"),
+    ("attention_keras", _scaled("right"), "should be a Keras tensor"),
+    ("multi_head_attention_torch", _mha(), "should be a torch.Tensor; got ndarray"),
+    ("multi_head_attention_keras", _mha(), "should be a Keras tensor"),
+    ("masked_attention_torch", _masked_numpy("right"), "should be a torch.Tensor; got ndarray"),
+    ("masked_attention_keras", _masked_numpy("right"), "should be a Keras tensor"),
+    ("masked_attention_torch", _masked_torch(upcast=True), "float16 inputs give a float16 output"),
+    ("transformer_masks", _three_masks("as list"), "is a tuple; got list"),
     ("self_attention_numbers", _numbers_shapes_as_lists, "w_shape is a tuple; got list"),
     ("self_attention_numbers", _numbers_parameters_as_float, "parameters is an int; got float"),
     ("scale_for_variance", _scale_as_int, r"\(a Python float\) is a float; got int"),

@@ -87,7 +87,7 @@ def _lr_off_by_one(step, d_model, warmup_steps):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_sentence=False):
+def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_sentence=False, as_float=False):
     def label_smoothed_loss_torch(logits, labels, smoothing, pad_id):
         log_probs = torch.log_softmax(logits.double(), dim=-1)
         nll = -log_probs.gather(-1, labels.long()[..., None])[..., 0]
@@ -103,9 +103,19 @@ def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_s
             return (per_token * keep).sum()
         if per_sentence:
             return ((per_token * keep).sum(1) / keep.sum(1)).mean()
+        if as_float:
+            return ((per_token * keep).sum() / keep.sum()).item()
         return (per_token * keep).sum() / keep.sum()
 
     return label_smoothed_loss_torch
+
+
+def _loss_keras_as_numpy(logits, labels, smoothing, pad_id):
+    log_probs = ops.log_softmax(logits, axis=-1)
+    nll = -ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(ops.cast(labels, "int32"), -1), -1), -1)
+    keep = ops.cast(ops.not_equal(labels, pad_id), nll.dtype)
+    per_token = (1 - smoothing) * nll + smoothing * -ops.mean(log_probs, axis=-1)
+    return ops.convert_to_numpy(ops.sum(per_token * keep) / ops.sum(keep))
 
 
 def _loss_keras_pad_averaged(logits, labels, smoothing, pad_id):
@@ -295,6 +305,8 @@ NAMED_INPUTS = [
     ("best_hypothesis", _best("last_on_tie"), "the first one on a tie"),
 ]
 STATED_TYPES = [
+    ("label_smoothed_loss_torch", _loss_torch(as_float=True), "a scalar tensor that training can differentiate"),
+    ("label_smoothed_loss_keras", _loss_keras_as_numpy, "should be a Keras tensor"),
     ("count_parameters", _counter(as_float=True), r"\(as an int\) is an int; got float"),
     ("decode_calls", _calls("float"), r"\(as an int\) is an int; got float"),
 ]

@@ -142,7 +142,7 @@ def _nucleus(strict=False, renormalise=True, sort=True, per_token=False, inclusi
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _cached_torch(front=False, grow=True, only_cache=False, scale="sqrt", only_new=False):
+def _cached_torch(front=False, grow=True, only_cache=False, scale="sqrt", only_new=False, as_numpy=False):
     import torch
 
     def cached_attention_torch(q, k_new, v_new, k_cache, v_cache):
@@ -157,6 +157,8 @@ def _cached_torch(front=False, grow=True, only_cache=False, scale="sqrt", only_n
         out = torch.softmax(q @ keys.transpose(-1, -2) / divisor, -1) @ values
         if only_new:
             out = v_new
+        if as_numpy:
+            return tuple(t.detach().numpy() for t in (out, k_cache, v_cache))
         return (out, k_cache, v_cache) if grow else (out, old_k, old_v)
 
     return cached_attention_torch
@@ -279,6 +281,8 @@ def _top_k(kind):
         kept = np.where(scaled >= kth, probs, 0.0)
         if kind == "no_renormalise":
             return kept
+        if kind == "list":
+            return (kept / kept.sum(-1, keepdims=True)).tolist()
         return kept / kept.sum(-1, keepdims=True)
 
     return top_k_probs
@@ -328,6 +332,8 @@ STATED_TYPES = [
     ("bpe_merge", lambda: _merge(as_tuple=True), r"\(a list\) is a list; got tuple"),
     ("best_pair", lambda: _best_pair(as_list=True), r"\(a tuple \(a, b\)\) is a tuple; got list"),
     ("perplexity", lambda: _perplexity("array"), r"\(as a float\) is a float; got ndarray"),
+    ("cached_attention_torch", lambda: _cached_torch(as_numpy=True), "should be a torch.Tensor; got ndarray"),
+    ("top_k_probs", lambda: _top_k("list"), "should be a NumPy array; got list"),
     CH08_MISTAKES[-1],
 ]
 CH08_MISTAKES += NAMED_INPUTS + STATED_TYPES[:-1]

@@ -357,6 +357,7 @@ def check_transformer_masks(transformer_masks) -> None:
         })
         for mask, role in ((encoder, "encoder"), (decoder_self, "decoder self-attention"), (cross, "cross-attention")):
             _expect_bool(mask, f"the {role} mask of {what}")
+        expect_answer_type(answer, "tuple", f"the result of {what} (a tuple of three boolean masks)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
