@@ -87,7 +87,8 @@ def _lr_off_by_one(step, d_model, warmup_steps):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_sentence=False, as_float=False):
+def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_sentence=False, as_float=False,
+                as_vector=False):
     def label_smoothed_loss_torch(logits, labels, smoothing, pad_id):
         log_probs = torch.log_softmax(logits.double(), dim=-1)
         nll = -log_probs.gather(-1, labels.long()[..., None])[..., 0]
@@ -105,6 +106,8 @@ def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_s
             return ((per_token * keep).sum(1) / keep.sum(1)).mean()
         if as_float:
             return ((per_token * keep).sum() / keep.sum()).item()
+        if as_vector:
+            return ((per_token * keep).sum() / keep.sum()).reshape(1)
         return (per_token * keep).sum() / keep.sum()
 
     return label_smoothed_loss_torch
@@ -307,6 +310,7 @@ NAMED_INPUTS = [
 STATED_TYPES = [
     ("label_smoothed_loss_torch", _loss_torch(as_float=True), "a scalar tensor that training can differentiate"),
     ("label_smoothed_loss_keras", _loss_keras_as_numpy, "should be a Keras tensor"),
+    ("label_smoothed_loss_torch", _loss_torch(as_vector=True), r"returned shape \(1,\), not a scalar"),
     ("count_parameters", _counter(as_float=True), r"\(as an int\) is an int; got float"),
     ("decode_calls", _calls("float"), r"\(as an int\) is an int; got float"),
 ]

@@ -221,9 +221,9 @@ def _check_loss(loss_fn, convert, name: str, track: str = "numpy") -> None:
         result = call(loss_fn, *convert(logits, labels), smoothing, pad_id)
         expect_type(result, track, f"the loss of {name}", "float")
         answer = to_numpy(result)
-        if answer.size != 1:
-            raise CheckFailed(f"the text says: return a scalar tensor; {name} returned shape {answer.shape}, not one "
-                              "number")
+        if answer.shape != ():
+            raise CheckFailed(f"the text says: return a scalar tensor; {name} returned shape {answer.shape}, not a "
+                              "scalar (shape ())")
         expect_close(
             answer.reshape(()),
             np.asarray(expected),
