@@ -467,8 +467,10 @@ def _masked_torch(fill="lowest", where="before", scale=True, upcast=False):
     return masked_attention
 
 
-def _masked_keras(fill="lowest"):
+def _masked_keras(fill="lowest", upcast=False):
     def masked_attention(q, k, v, mask):
+        if upcast:  # computes in float32 whatever the inputs
+            q, k, v = (ops.cast(t, "float32") for t in (q, k, v))
         scores = ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1])
         lowest = float(np.finfo(keras.backend.standardize_dtype(scores.dtype)).min)
         value = {"lowest": lowest, "-inf": float("-inf"), "-1e9": -1e9, "-1e4": -1e4}[fill]
@@ -674,6 +676,32 @@ CHAPTER_4 = [
 # ---------------------------------------------------------------------------------------------------------------
 
 
+class _SelfAttentionOfParameters(nn.Module):
+    """Projections held as bare parameter matrices, not the torch.nn.Linear layers the text names."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.wq, self.wk, self.wv = (nn.Parameter(torch.randn(d_in, d_out)) for _ in range(3))
+
+    def forward(self, x):
+        q, k, v = x @ self.wq, x @ self.wk, x @ self.wv
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)
+        return weights @ v, weights
+
+
+class _SelfAttentionOfWeights(keras.layers.Layer):
+    """Projections held as bare weights, not the keras.layers.Dense layers the text names."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.wq, self.wk, self.wv = (self.add_weight(shape=(d_in, d_out)) for _ in range(3))
+
+    def call(self, x):
+        q, k, v = ops.matmul(x, self.wq), ops.matmul(x, self.wk), ops.matmul(x, self.wv)
+        weights = ops.softmax(ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1]), axis=-1)
+        return ops.matmul(weights, v), weights
+
+
 def _numbers_shapes_as_lists():
     return {"w_shape": [256, 512], "parameters": 393216, "weights_shape": [1, 10, 10], "output_shape": [1, 10, 512]}
 
@@ -698,7 +726,8 @@ def _mha_torch(fill):
         q, k, v = (split(x @ params[f"w{n}"] + params[f"b{n}"]) for x, n in ((query, "q"), (key, "k"), (value, "v")))
         scores = q @ k.transpose(-2, -1) / math.sqrt(d_model // num_heads)
         if mask is not None:
-            lowest = {"-inf": float("-inf"), "-1e9": -1e9, "float32": float(torch.finfo(torch.float32).min)}[fill]
+            lowest = {"-inf": float("-inf"), "-1e9": -1e9, "-1e4": -1e4,
+                      "float32": float(torch.finfo(torch.float32).min)}[fill]
             scores = scores.masked_fill(~mask, lowest)
         weights = scores.softmax(-1)
         merged = (weights @ v).transpose(1, 2).reshape(batch, query.shape[1], d_model)
@@ -707,21 +736,26 @@ def _mha_torch(fill):
     return multi_head_attention
 
 
-def _mha_keras_minus_inf(query, key, value, params, num_heads, mask=None):
-    batch, d_model = query.shape[0], query.shape[-1]
+def _mha_keras(fill):
+    """Multi-head attention in Keras whose blocked scores get a fixed fill instead of the dtype's lowest value."""
 
-    def split(x):
-        return ops.transpose(ops.reshape(x, (batch, x.shape[1], num_heads, d_model // num_heads)), (0, 2, 1, 3))
+    def multi_head_attention(query, key, value, params, num_heads, mask=None):
+        batch, d_model = query.shape[0], query.shape[-1]
 
-    q = split(ops.matmul(query, params["wq"]) + params["bq"])
-    k = split(ops.matmul(key, params["wk"]) + params["bk"])
-    v = split(ops.matmul(value, params["wv"]) + params["bv"])
-    scores = ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(d_model // num_heads)
-    if mask is not None:
-        scores = ops.where(mask, scores, ops.cast(float("-inf"), scores.dtype))
-    weights = ops.softmax(scores, axis=-1)
-    merged = ops.reshape(ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3)), (batch, query.shape[1], d_model))
-    return ops.matmul(merged, params["wo"]) + params["bo"], weights
+        def split(x):
+            return ops.transpose(ops.reshape(x, (batch, x.shape[1], num_heads, d_model // num_heads)), (0, 2, 1, 3))
+
+        q = split(ops.matmul(query, params["wq"]) + params["bq"])
+        k = split(ops.matmul(key, params["wk"]) + params["bk"])
+        v = split(ops.matmul(value, params["wv"]) + params["bv"])
+        scores = ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(d_model // num_heads)
+        if mask is not None:
+            scores = ops.where(mask, scores, ops.cast(float(fill), scores.dtype))
+        weights = ops.softmax(scores, axis=-1)
+        merged = ops.reshape(ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3)), (batch, query.shape[1], d_model))
+        return ops.matmul(merged, params["wo"]) + params["bo"], weights
+
+    return multi_head_attention
 
 
 def _counts_as_floats():
@@ -730,12 +764,15 @@ def _counts_as_floats():
 
 
 NAMED_INPUTS = [
-    *[(f"{prefix}multi_head_attention_keras", _mha_keras_minus_inf, "NaN or infinity. Likely: the text says: "
+    *[(f"{prefix}multi_head_attention_keras", _mha_keras("-inf"), "NaN or infinity. Likely: the text says: "
        "blocked scores get the dtype's most negative value") for prefix in ("", "fixed_")],
+    *[(f"{prefix}multi_head_attention_{track}", factory("-1e4"), "a fixed fill such as -1e4 lies above real scores")
+      for prefix in ("", "fixed_") for track, factory in (("torch", _mha_torch), ("keras", _mha_keras))],
     *[(f"{prefix}multi_head_attention_torch", _mha_torch(fill), "float16.*(overflow|NaN).*Likely: the text says: "
        "blocked scores get the dtype's most negative value") for prefix in ("", "fixed_") for fill in ("-1e9",
                                                                                                   "float32")],
-    ("multi_head_attention_torch", _mha_torch("-inf"), "NaN or infinity. Likely"),
+    *[(f"{prefix}multi_head_attention_torch", _mha_torch("-inf"), "NaN or infinity. Likely")
+      for prefix in ("", "fixed_")],
     *[(f"{prefix}masked_attention_{track}", factory(fill="-1e4"), "a fixed fill such as -1e4 lies above real scores")
       for prefix in ("", "fixed_") for track, factory in (("torch", _masked_torch), ("keras", _masked_keras))],
 ]
@@ -748,13 +785,25 @@ STATED_TYPES = [
     ("masked_attention_keras", _masked_numpy("right"), "should be a Keras tensor"),
     ("masked_attention_torch", _masked_torch(upcast=True), "float16 inputs give a float16 output"),
     ("transformer_masks", _three_masks("as list"), "is a tuple; got list"),
+    ("fixed_masked_attention_torch", _masked_torch(upcast=True), "float16 inputs give a float16 output"),
+    ("fixed_masked_attention_keras", _masked_keras(upcast=True), "float16 inputs give a float16 output"),
+    ("SelfAttention_torch", _SelfAttentionOfParameters, "each a torch.nn.Linear; wq is missing or is not one"),
+    ("SelfAttention_keras", _SelfAttentionOfWeights, "each a keras.layers.Dense; wq is missing or is not one"),
     ("self_attention_numbers", _numbers_shapes_as_lists, "w_shape is a tuple; got list"),
     ("self_attention_numbers", _numbers_parameters_as_float, "parameters is an int; got float"),
     ("scale_for_variance", _scale_as_int, r"\(a Python float\) is a float; got int"),
     ("head_parameter_counts", _counts_as_floats, "is an int; got float"),
     ("masking_answers", _answers(lowest_float16=-65504), r"lowest_float16 \(a Python float\) is a float; got int"),
 ]
-MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES}
+TAGGED_TYPES = [case for case in CHAPTER_2 + CHAPTER_3 + CHAPTER_4 if (case[0], case[2]) in {
+    ("fixed_attention_keras", "Keras tensor"), ("additive_attention", "NumPy array"),
+    ("grouped_query_attention", "NumPy arrays"), ("padding_mask_torch", "a boolean mask, True = may attend"),
+    ("padding_mask_keras", "a boolean mask, True = may attend"),
+    ("causal_mask_torch", "a boolean mask, True = may attend"),
+    ("causal_mask_keras", "a boolean mask, True = may attend"), ("torch_style_masks", "boolean masks"),
+    ("packed_causal_mask", "a boolean mask, True = may attend"), ("masking_answers", "return a dict"),
+    ("self_attention_numbers", "return a dict")}]
+MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES + TAGGED_TYPES}
 
 
 @pytest.mark.parametrize(

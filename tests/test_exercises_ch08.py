@@ -164,6 +164,14 @@ def _cached_torch(front=False, grow=True, only_cache=False, scale="sqrt", only_n
     return cached_attention_torch
 
 
+def _cached_keras_as_numpy(q, k_new, v_new, k_cache, v_cache):
+    from keras import ops
+
+    k_cache, v_cache = ops.concatenate([k_cache, k_new], axis=2), ops.concatenate([v_cache, v_new], axis=2)
+    weights = ops.softmax(ops.matmul(q, ops.swapaxes(k_cache, -1, -2)) / q.shape[-1] ** 0.5, axis=-1)
+    return tuple(ops.convert_to_numpy(t) for t in (ops.matmul(weights, v_cache), k_cache, v_cache))
+
+
 def _cached_keras(front=False, scale="sqrt", only_cache=False):
     from keras import ops
 
@@ -334,10 +342,13 @@ STATED_TYPES = [
     ("perplexity", lambda: _perplexity("array"), r"\(as a float\) is a float; got ndarray"),
     ("cached_attention_torch", lambda: _cached_torch(as_numpy=True), "should be a torch.Tensor; got ndarray"),
     ("top_k_probs", lambda: _top_k("list"), "should be a NumPy array; got list"),
+    ("cached_attention_keras", lambda: _cached_keras_as_numpy, "should be a Keras tensor"),
     CH08_MISTAKES[-1],
 ]
 CH08_MISTAKES += NAMED_INPUTS + STATED_TYPES[:-1]
-MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES}
+TAGGED_TYPES = [case for case in CH08_MISTAKES if (case[0], case[2]) in {
+    ("causal_softmax_torch", "dtype of scores"), ("causal_softmax_keras", "Keras tensor")}]
+MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES + TAGGED_TYPES}
 
 
 @pytest.mark.parametrize("exercise_id, make, message", CH08_MISTAKES, ids=[f"{e}-{m}" for e, _, m in CH08_MISTAKES])

@@ -134,6 +134,7 @@ def mha_variant(
     transpose: bool = True,
     output_projection: bool = True,
     axis: int = -1,
+    fill: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multi-head attention with switches for the typical mistakes; the defaults give the right answer."""
     batch, query_len, d_model = query.shape
@@ -150,7 +151,7 @@ def mha_variant(
     scores = q @ np.swapaxes(k, -1, -2)
     scores = scores / {"head": np.sqrt(d_head), "model": np.sqrt(d_model), "none": 1.0}[scale]
     if mask is not None:
-        scores = np.where(mask, scores, np.finfo(scores.dtype).min)
+        scores = np.where(mask, scores, np.finfo(scores.dtype).min if fill is None else fill)
     weights = reference.softmax(scores, axis=axis)
     heads = weights @ v
     merged = merge_reference(heads) if transpose else heads.reshape(batch, query_len, d_model)
@@ -163,7 +164,10 @@ MHA_CASES = [  # (batch, query_len, key_len, d_model, num_heads, mask kind)
     (2, 3, 6, 12, 3, "padding"),
     (1, 4, 4, 8, 2, "causal"),
     (2, 4, 5, 8, 2, "empty row"),  # a query whose keys are all blocked
+    (1, 2, 4, 8, 2, "very low scores"),  # real scores near -32768 beside a blocked key
 ]
+FIXED_FILL = ("the text says: blocked scores get the dtype's most negative value; a fixed fill such as -1e4 lies "
+              "above real scores as low as these (about -32768), so the blocked key took the weight")
 #: The torch track also runs in float16, where -1e9 and float32's lowest value do not fit.
 HALF_CASE = (2, 3, 4, 8, 2, "padding")
 MASK_FILL_HINT = ("the text says: blocked scores get the dtype's most negative value (torch.finfo(scores.dtype).min, "
@@ -198,6 +202,18 @@ def mha_case(generator: np.random.Generator, batch, query_len, key_len, d_model,
         mask = np.ones((batch, 1, query_len, key_len), dtype=bool)
         mask[0, 0, 1, :] = False  # query 1 of sentence 0 may attend to nothing
         mask[-1, 0, 2, :2] = False
+    elif mask_kind == "very low scores":  # identity projections and numbers whose scores are exact in float32
+        d_head = d_model // num_heads
+        query = np.full((batch, query_len, d_model), 256.0, dtype=np.float32)
+        key = np.full((batch, key_len, d_model), -64.0, dtype=np.float32)
+        for head in range(num_heads):  # head h scores key j at -32768 + (j or key_len - 1 - j) / 2
+            offsets = np.arange(key_len) if head % 2 == 0 else np.arange(key_len)[::-1]
+            key[:, :, head * d_head] += offsets / 256
+        for name in "qk":
+            params[f"w{name}"] = np.eye(d_model, dtype=np.float32)
+            params[f"b{name}"] = np.zeros(d_model, dtype=np.float32)
+        mask = np.ones((batch, 1, query_len, key_len), dtype=bool)
+        mask[..., 1] = False
     return query, key, value, params, mask
 
 
@@ -247,6 +263,8 @@ def _check_mha(multi_head_attention, track: str, name: str) -> None:
             "project `value` with wv and bv": mha_variant(
                 as64[0], as64[1], as64[1], params64, num_heads, mask),
         }
+        if mask_kind == "very low scores":
+            mistakes = {FIXED_FILL: variant(fill=-1e4), **mistakes}
         right_out, right_weights = variant()
         expect_close(
             weights,
