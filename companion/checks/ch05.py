@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import CheckFailed, call, exercise, expect_close, rng, to_numpy
-from companion.checks.tracks import expect_differentiable, expect_type
+from companion.checks.tracks import expect_answer_type, expect_differentiable, expect_type
 from companion.reference.positional import sinusoidal_positional_encoding
 
 CHAPTER = "05_positional_encoding"
@@ -302,7 +302,9 @@ def check_learned_table_outcome(learned_table_outcome) -> None:
             expected, sentence = "untrained", "the lookup works, but some rows never received a gradient"
         else:
             expected, sentence = "trained", "every position used has a trained row"
-        if not isinstance(answer, str) or answer not in ("trained", "untrained", "error"):
+        expect_answer_type(answer, "str", f"learned_table_outcome({seq_len}, {trained_len}, {rows}) (one of the "
+                                          "strings 'trained', 'untrained', 'error')")
+        if answer not in ("trained", "untrained", "error"):
             raise CheckFailed(f"the text says: return one of the strings 'trained', 'untrained', 'error'; "
                               f"learned_table_outcome({seq_len}, {trained_len}, {rows}) returned {answer!r}")
         if answer != expected:
