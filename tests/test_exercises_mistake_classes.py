@@ -128,6 +128,21 @@ def test_each_mistake_class_is_named(exercise_id, wrong, message):
         run_check(exercise_id, wrong)
 
 
+def test_the_one_rule_for_answer_types():
+    from companion.checks.tracks import ANSWER_TYPE_RULE, expect_answer_type
+
+    for value, kind in [(12, "int"), (np.int64(12), "int"), (0.5, "float"), (np.float32(0.5), "float"),
+                        ((1, 2), "tuple"), ([1], "list"), ({}, "dict"), ("error", "str")]:
+        expect_answer_type(value, kind, "the answer")
+    for value, kind, got in [(12.0, "int", "float"), (True, "int", "bool"), (12, "float", "int"),
+                             (np.bool_(True), "float", "bool"), ([1, 2], "tuple", "list"), ((1,), "list", "tuple"),
+                             (np.array(0.5), "float", "ndarray")]:
+        with pytest.raises(CheckFailed, match=f"the answer is an? {kind}; got {got}.*{re.escape(ANSWER_TYPE_RULE)}"):
+            expect_answer_type(value, kind, "the answer")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        expect_answer_type(1, "number", "the answer")
+
+
 def test_messages_show_where_the_largest_difference_is():
     def off_by_one(ids, num_words):
         out = np.eye(num_words + 1, dtype=np.float32)[ids]

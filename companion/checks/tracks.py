@@ -114,7 +114,8 @@ def expect_answer_type(value: Any, kind: str, what: str) -> None:
     ``"list"``, ``"dict"`` or ``"str"``.
 
     A bool is never a number; a NumPy integer counts as an int and a NumPy float as a float (see
-    :data:`ANSWER_TYPE_RULE`). Like :func:`expect_type`, the failure is deferred so that a named mistake comes first.
+    :data:`ANSWER_TYPE_RULE`). Unlike :func:`expect_type`, the failure is raised at once: the value checks that
+    follow may rely on the type.
     """
     if kind not in _ANSWER_TYPES:
         raise ValueError(f"kind must be one of {', '.join(_ANSWER_TYPES)}; got {kind!r}")
