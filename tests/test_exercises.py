@@ -223,7 +223,7 @@ STATED_TYPES = [
     ("one_hot_answers", _answers_as_floats, "positions_needed \\(a dict of two Python ints\\) is an int; got float"),
     ("pad_batch", _pad_list, "return a NumPy integer array"),
     ("embedding_gradient", _gradient_as_list, "NumPy array"),
-    ("build_vocabulary", _vocab_as_pairs, "returns a dictionary from each word to its id; got list"),
+    ("build_vocabulary", _vocab_as_pairs, "a dictionary from each word to its id\\) is a dict; got list"),
     ("one_hot_answers", _answers_as_tuple, "return a dict"),
     ("embed_torch", _embed_torch_in_numpy, "should be a torch.Tensor; got ndarray"),
     ("embed_keras", _embed_numpy, "should be a Keras tensor"),

@@ -29,9 +29,7 @@ def check_build_vocabulary(build_vocabulary) -> None:
         words = [w for s in sentences for w in s.split()]
         expected = {w: i for i, w in enumerate(dict.fromkeys(words), start=1)}
         answer = call(build_vocabulary, list(sentences))
-        if not isinstance(answer, dict):
-            raise CheckFailed(f"the text says: build_vocabulary returns a dictionary from each word to its id; got "
-                              f"{type(answer).__name__}")
+        expect_answer_type(answer, "dict", "build_vocabulary(...) (a dictionary from each word to its id)")
         expect_equal(
             answer,
             expected,

@@ -80,11 +80,20 @@ def _expect_type(result: Any, track: str, what: str, dtype: str | None) -> None:
         ok = isinstance(result, np.ndarray)
         expected = "a NumPy array"
     if not ok:
-        raise CheckFailed(f"{what} should be {expected}; got {type(result).__name__}")
+        raise CheckFailed(f"{what} should be {expected}; got {type(result).__name__}. Likely: {_LEFT_TRACK[track]}")
     if dtype is not None:
         kind = to_numpy(result).dtype.kind
         if {"float": "f", "int": "iu", "bool": "b"}[dtype].find(kind) < 0:
-            raise CheckFailed(f"{what} should have a {dtype} dtype; got {to_numpy(result).dtype}")
+            raise CheckFailed(f"{what} should have a {dtype} dtype; got {to_numpy(result).dtype}. Likely: the result "
+                              f"took the dtype of another value (an integer constant, an input); make it {dtype}")
+
+
+#: Why a result is not of its track's type, for the messages of :func:`expect_type`.
+_LEFT_TRACK = {
+    "torch": "a step left torch (a NumPy round trip, .numpy(), .tolist()): keep every step in torch",
+    "keras": "a step left keras.ops (a NumPy round trip, ops.convert_to_numpy): keep every step in keras.ops",
+    "numpy": "the result was left as another kind of value (a list, a tensor): return a NumPy array",
+}
 
 
 def expect_answer_dict(answer: Any, keys: Sequence[str], what: str) -> dict:
@@ -123,8 +132,8 @@ def expect_answer_type(value: Any, kind: str, what: str) -> None:
         from companion.checks import _short
 
         article = "an" if kind == "int" else "a"
-        raise CheckFailed(f"the text says: {what} is {article} {kind}; got {type(value).__name__} {_short(value)} "
-                          f"({ANSWER_TYPE_RULE})")
+        raise CheckFailed(f"the text says: {what} is {article} {kind}; got {type(value).__name__} {_short(value)}. "
+                          f"Likely: a value of a neighbouring type ({ANSWER_TYPE_RULE})")
 
 
 def expect_number(value: Any, expected: float, what: str, mistakes: dict[str, float | None] | None = None,
