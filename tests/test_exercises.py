@@ -167,6 +167,7 @@ def _answers_as_tuple():
 def _gradient_as_list(ids, upstream, vocab_size):
     return _gradient_right(ids, upstream, vocab_size).tolist()
 
+
 def _gradient_right(ids, upstream, vocab_size):
     grad = np.zeros((vocab_size, upstream.shape[-1]))
     np.add.at(grad, ids, upstream)
@@ -181,6 +182,55 @@ def _gradient_overwritten(ids, upstream, vocab_size):
 
 def _gradient_scaled(ids, upstream, vocab_size):
     return _gradient_right(ids, upstream, vocab_size) * np.sqrt(upstream.shape[-1])
+
+
+def _pad_list(batch, length, pad_id=0):
+    return [list(s[:length]) + [pad_id] * (length - len(s[:length])) for s in batch]
+
+
+def _one_hot_pad_empty(ids, num_words):
+    return np.eye(num_words + 1, dtype=np.float32)[ids] * (ids != 0)[..., None]
+
+
+def _one_hot_ints(ids, num_words):
+    return np.eye(num_words + 1, dtype=np.int64)[ids]
+
+
+def _answers_as_floats():
+    return {"positions_needed": 12.0, "id_without_position": 11.0}
+
+
+def _embed_torch_in_numpy(ids, table):
+    ids, table = ids.numpy(), table.detach().numpy()
+    return np.eye(table.shape[0], dtype=table.dtype)[ids] @ table * table.shape[1] ** 0.5
+
+
+def _vocab_as_pairs(sentences):
+    return list(_vocab_sorted(sentences).items())
+
+
+def _gradient_rows_of_the_batch(ids, upstream, vocab_size):
+    return _gradient_right(ids, upstream, int(ids.max()) + 1)
+
+
+# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+NAMED_INPUTS = [
+    ("one_hot_batch", _one_hot_pad_empty, "your PAD vectors are all zeros"),
+    ("embedding_gradient", _gradient_rows_of_the_batch, "a row only up to the largest id of the batch"),
+]
+STATED_TYPES = [
+    ("one_hot_batch", _one_hot_ints, "the text says: a float array\\).*float dtype; got int64"),
+    ("one_hot_answers", _answers_as_floats, "positions_needed \\(a dict of two Python ints\\) is an int; got float"),
+    ("pad_batch", _pad_list, "return a NumPy integer array"),
+    ("embedding_gradient", _gradient_as_list, "NumPy array"),
+    ("build_vocabulary", _vocab_as_pairs, "a dictionary from each word to its id\\) is a dict; got list"),
+    ("one_hot_answers", _answers_as_tuple, "return a dict"),
+    ("embed_torch", _embed_torch_in_numpy, "should be a torch.Tensor; got ndarray"),
+    ("embed_keras", _embed_numpy, "should be a Keras tensor"),
+    ("fixed_embed_torch", _embed_torch_in_numpy, "should be a torch.Tensor; got ndarray"),
+    ("fixed_embed_keras", _embed_numpy, "Keras tensor"),
+]
+MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES}
 
 
 @pytest.mark.parametrize(
@@ -201,21 +251,18 @@ def _gradient_scaled(ids, upstream, vocab_size):
         ("embed_keras", _embed_keras("none"), "sqrt"),
         ("embed_keras", _embed_keras("divide"), "MULTIPLIED by sqrt\\(d_model\\); you divided"),
         ("embed_keras", _embed_keras(stop=True), "no gradient reaches argument 2.*stop_gradient"),
-        # issue 13: a graded question, find-the-bug in both tracks, a stretch
+        # a graded question, find-the-bug in both tracks, a stretch
         ("one_hot_answers", _answers_forgot_pad, "AND PAD"),
         ("one_hot_answers", _answers_zero_has_no_position, "the largest id does not"),
-        ("one_hot_answers", _answers_as_tuple, "return a dict"),
         ("fixed_embed_torch", _embed_inferred_classes, "num_classes=vocab_size"),   # the bug as handed out
         ("fixed_embed_torch", _embed_unscaled, "sqrt"),
         ("fixed_embed_torch", _embed_divided_numpy, "you divided"),
         ("fixed_embed_torch", _embed_detached, "no gradient reaches"),
         ("fixed_embed_keras", _embed_divided_numpy, "you divided"),                 # the bug as handed out
         ("fixed_embed_keras", _embed_numpy_unscaled, "sqrt"),
-        ("fixed_embed_keras", _embed_numpy, "Keras tensor"),
         ("embedding_gradient", _gradient_overwritten, "SUM of its upstream"),
         ("embedding_gradient", _gradient_scaled, "without the sqrt"),
-        ("embedding_gradient", _gradient_as_list, "NumPy array"),
-    ],
+    ] + NAMED_INPUTS + STATED_TYPES,
 )
 def test_typical_mistakes_are_named(exercise_id, wrong, message):
     with pytest.raises(CheckFailed, match=message):

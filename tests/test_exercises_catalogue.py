@@ -52,6 +52,28 @@ def test_every_registered_exercise_has_at_least_three_committed_mutants():
     assert {synthetic.mutant_key(c) for c in chapters} == set(synthetic.MUTANT_MODULES)
 
 
+#: Exercises whose text names no type for what they return; every other exercise has a mutant of the wrong type.
+NO_TYPE_NAMED = {"scalar_self_attention", "split_heads_torch", "split_heads_keras", "merge_heads_torch",
+                 "merge_heads_keras", "summed_heads", "shift_encoding", "layer_norm", "teacher_forcing_split",
+                 "warmup_lr", "greedy_decode_torch", "greedy_decode_keras", "temperature_softmax", "nucleus_probs"}
+#: Exercises whose text names an input (a value, a boundary, a tie) that the cases once lacked.
+NAMED_INPUTS = {"one_hot_batch", "embedding_gradient", "multi_head_attention_torch", "multi_head_attention_keras",
+                "fixed_multi_head_attention_torch", "fixed_multi_head_attention_keras", "masked_attention_torch",
+                "masked_attention_keras", "fixed_masked_attention_torch", "fixed_masked_attention_keras",
+                "greedy_decode_torch", "greedy_decode_keras", "best_hypothesis", "bpe_merge", "best_pair",
+                "nucleus_probs"}
+
+
+def test_each_mistake_class_covers_every_exercise_it_applies_to():
+    classes = synthetic.mistake_classes()
+    assert set(classes) == {"an input the text names", "a type the text states"}
+    names = {name for name, _, _, _ in CATALOGUE}
+    assert all(name in names for entries in classes.values() for _, name in entries)
+    typed = {exercise_id for exercise_id, _ in classes["a type the text states"]}
+    assert typed == set(registry()) - NO_TYPE_NAMED
+    assert {exercise_id for exercise_id, _ in classes["an input the text names"]} == NAMED_INPUTS
+
+
 @pytest.mark.parametrize("name, exercise_id, message, wrong", CATALOGUE, ids=[c[0] for c in CATALOGUE])
 def test_each_mutant_fails_the_same_way_when_written_as_source(name, exercise_id, message, wrong):
     symbol = registry()[exercise_id].symbol

@@ -127,7 +127,8 @@ def _scaled(kind):
     def attention(q, k, v, scale=None):
         scores = q @ np.swapaxes(k, -1, -2)
         default = 1 / math.sqrt(q.shape[-1])
-        factor = {"divide": 1 / scale, "both": scale * default, "ignored": default}[kind] if scale else default
+        factor = {"divide": 1 / scale, "both": scale * default, "ignored": default, "right": scale}[kind] if scale \
+            else default
         weights = _softmax(scores * factor)
         return weights @ v, weights
 
@@ -214,7 +215,7 @@ CHAPTER_2 = [
     ("SelfAttention_keras", _self_attention_keras(bias=True), "use_bias=False"),
     ("SelfAttention_keras", _self_attention_keras(shared=True), "same keras.layers.Dense"),
     ("SelfAttention_keras", _self_attention_keras(scale="d_in"), r"sqrt\(d_in\)"),
-    # issue 13: graded questions, find-the-bug, stretch
+    # graded questions, find-the-bug, stretch
     ("self_attention_numbers", _numbers_w_transposed, r"\(out, in\)"),
     ("self_attention_numbers", _numbers_with_bias, "no bias"),
     ("self_attention_numbers", _numbers_weights_per_feature, "one column per key"),
@@ -222,7 +223,7 @@ CHAPTER_2 = [
     ("scale_for_variance", _scale_sqrt_d_k, "not sqrt\\(d_k\\) alone"),
     ("scale_for_variance", _scale_sqrt_variance_d_k, r"variance\*\*2"),
     ("scale_for_variance", _scale_no_root, "standard deviation"),
-    ("scale_for_variance", _scale_as_text, "is a number; got str"),
+    ("scale_for_variance", _scale_as_text, "is a float; got str"),
     *[
         (f"fixed_attention_{track}", wrong, message)
         for track in ("torch", "keras")
@@ -240,7 +241,7 @@ CHAPTER_2 = [
     ("additive_attention", _additive(scale=True), "no scaling"),
     ("additive_attention", _additive(values=False), "blends the values"),
     ("additive_attention", _additive(as_list=True), "NumPy array"),
-    # issue 13: the variants of exercises 1 and 2 (cross-attention with y; an optional scale)
+    # the variants of exercises 1 and 2 (cross-attention with y; an optional scale)
     ("scalar_self_attention", _scalar_cross("ignore y"), "keys come from y"),
     ("scalar_self_attention", _scalar_cross("keys from x"), "keys come from y"),
     ("scalar_self_attention", _scalar_cross("values from x"), "values come from y"),
@@ -391,7 +392,7 @@ CHAPTER_3 = [
     ("summed_heads", _summed("concat"), "you concatenated them"),
     ("summed_heads", _summed("mean"), "you averaged them"),
     ("summed_heads", _summed("scale"), r"divided by sqrt\(d_out\)"),
-    # issue 13: find-the-bug, a graded question, a stretch
+    # find-the-bug, a graded question, a stretch
     *[
         (f"fixed_multi_head_attention_{track}", _mha(**kwargs), message)
         for track in ("torch", "keras")
@@ -449,25 +450,30 @@ def _causal(kind):
     return causal_mask
 
 
-def _masked_torch(fill="lowest", where="before", scale=True):
+def _masked_torch(fill="lowest", where="before", scale=True, upcast=False):
     def masked_attention(q, k, v, mask):
+        if upcast:  # computes in float32 whatever the inputs
+            q, k, v = q.float(), k.float(), v.float()
         scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
         if where == "after":
             weights = scores.softmax(-1) * mask
             return weights @ v, weights
         blocked = mask if where == "inverted" else ~mask
-        value = {"lowest": torch.finfo(scores.dtype).min, "-inf": float("-inf"), "-1e9": -1e9, "zero": 0.0}[fill]
+        value = {"lowest": torch.finfo(scores.dtype).min, "-inf": float("-inf"), "-1e9": -1e9, "-1e4": -1e4,
+                 "zero": 0.0}[fill]
         weights = scores.masked_fill(blocked, value).softmax(-1)
         return weights @ v, weights
 
     return masked_attention
 
 
-def _masked_keras(fill="lowest"):
+def _masked_keras(fill="lowest", upcast=False):
     def masked_attention(q, k, v, mask):
+        if upcast:  # computes in float32 whatever the inputs
+            q, k, v = (ops.cast(t, "float32") for t in (q, k, v))
         scores = ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1])
         lowest = float(np.finfo(keras.backend.standardize_dtype(scores.dtype)).min)
-        value = {"lowest": lowest, "-inf": float("-inf"), "-1e9": -1e9}[fill]
+        value = {"lowest": lowest, "-inf": float("-inf"), "-1e9": -1e9, "-1e4": -1e4}[fill]
         weights = ops.softmax(ops.where(mask, scores, ops.cast(value, scores.dtype)), axis=-1)
         return ops.matmul(weights, v), weights
 
@@ -476,10 +482,14 @@ def _masked_keras(fill="lowest"):
 
 def _masked_numpy(kind):
     def masked_attention(q, k, v, mask):
+        dtype = q.dtype
         q, k, v = (a.astype(np.float64) for a in (q, k, v))
         scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
         if kind == "after":
             weights = _softmax(scores) * mask
+        elif kind == "right":  # the right values, as NumPy arrays of the inputs' dtype
+            weights = _softmax(np.where(mask, scores, np.finfo(np.float64).min))
+            return (weights @ v).astype(dtype), weights.astype(dtype)
         else:
             weights = _softmax(np.where(mask, np.finfo(np.float64).min, scores))
         return weights @ v, weights
@@ -511,6 +521,8 @@ def _three_masks(kind):
             decoder = tgt | causal
         elif kind == "causal encoder":
             encoder = src & np.tril(np.ones((src_len, src_len), dtype=bool))[None, None]
+        elif kind == "as list":
+            return [encoder, decoder, cross]
         return encoder, decoder, cross
 
     return transformer_masks
@@ -623,7 +635,7 @@ CHAPTER_4 = [
     ("transformer_masks", _three_masks("side ignored"), "the padding comes (first|last)"),
     ("transformer_masks", _three_masks("off by one"), "exactly n True positions"),
     ("transformer_masks", _three_masks("right only"), "LAST length positions"),
-    # issue 13: the variants of exercises 1 and 2, find-the-bug, graded answers, torch's convention, a stretch
+    # the variants of exercises 1 and 2, find-the-bug, graded answers, torch's convention, a stretch
     *[(f"padding_mask_{track}", _padding_first_id, "every id in it is blocked") for track in ("torch", "keras")],
     *[
         (f"causal_mask_{track}", _cached_causal(kind), message)
@@ -659,9 +671,147 @@ CHAPTER_4 = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Mistakes that once passed: an input the text names was missing from the cases, or a type it states was not compared
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _SelfAttentionOfParameters(nn.Module):
+    """Projections held as bare parameter matrices, not the torch.nn.Linear layers the text names."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.wq, self.wk, self.wv = (nn.Parameter(torch.randn(d_in, d_out)) for _ in range(3))
+
+    def forward(self, x):
+        q, k, v = x @ self.wq, x @ self.wk, x @ self.wv
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)
+        return weights @ v, weights
+
+
+class _SelfAttentionOfWeights(keras.layers.Layer):
+    """Projections held as bare weights, not the keras.layers.Dense layers the text names."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.wq, self.wk, self.wv = (self.add_weight(shape=(d_in, d_out)) for _ in range(3))
+
+    def call(self, x):
+        q, k, v = ops.matmul(x, self.wq), ops.matmul(x, self.wk), ops.matmul(x, self.wv)
+        weights = ops.softmax(ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1]), axis=-1)
+        return ops.matmul(weights, v), weights
+
+
+def _numbers_shapes_as_lists():
+    return {"w_shape": [256, 512], "parameters": 393216, "weights_shape": [1, 10, 10], "output_shape": [1, 10, 512]}
+
+
+def _numbers_parameters_as_float():
+    return {"w_shape": (256, 512), "parameters": 393216.0, "weights_shape": (1, 10, 10), "output_shape": (1, 10, 512)}
+
+
+def _scale_as_int(variance, d_k):
+    return int(variance * math.sqrt(d_k))
+
+
+def _mha_torch(fill):
+    """Multi-head attention in torch whose blocked scores get a fixed fill instead of the dtype's lowest value."""
+
+    def multi_head_attention(query, key, value, params, num_heads, mask=None):
+        batch, d_model = query.shape[0], query.shape[-1]
+
+        def split(x):
+            return x.reshape(batch, x.shape[1], num_heads, d_model // num_heads).transpose(1, 2)
+
+        q, k, v = (split(x @ params[f"w{n}"] + params[f"b{n}"]) for x, n in ((query, "q"), (key, "k"), (value, "v")))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_model // num_heads)
+        if mask is not None:
+            lowest = {"-inf": float("-inf"), "-1e9": -1e9, "-1e4": -1e4,
+                      "float32": float(torch.finfo(torch.float32).min)}[fill]
+            scores = scores.masked_fill(~mask, lowest)
+        weights = scores.softmax(-1)
+        merged = (weights @ v).transpose(1, 2).reshape(batch, query.shape[1], d_model)
+        return merged @ params["wo"] + params["bo"], weights
+
+    return multi_head_attention
+
+
+def _mha_keras(fill):
+    """Multi-head attention in Keras whose blocked scores get a fixed fill instead of the dtype's lowest value."""
+
+    def multi_head_attention(query, key, value, params, num_heads, mask=None):
+        batch, d_model = query.shape[0], query.shape[-1]
+
+        def split(x):
+            return ops.transpose(ops.reshape(x, (batch, x.shape[1], num_heads, d_model // num_heads)), (0, 2, 1, 3))
+
+        q = split(ops.matmul(query, params["wq"]) + params["bq"])
+        k = split(ops.matmul(key, params["wk"]) + params["bk"])
+        v = split(ops.matmul(value, params["wv"]) + params["bv"])
+        scores = ops.matmul(q, ops.swapaxes(k, -1, -2)) / math.sqrt(d_model // num_heads)
+        if mask is not None:
+            scores = ops.where(mask, scores, ops.cast(float(fill), scores.dtype))
+        weights = ops.softmax(scores, axis=-1)
+        merged = ops.reshape(ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3)), (batch, query.shape[1], d_model))
+        return ops.matmul(merged, params["wo"]) + params["bo"], weights
+
+    return multi_head_attention
+
+
+def _counts_as_floats():
+    return {"concatenated": 786_432.0, "with_output_projection": 1_048_576.0, "summed": 6_291_456.0,
+            "summed_output_width": 512.0}
+
+
+NAMED_INPUTS = [
+    *[(f"{prefix}multi_head_attention_keras", _mha_keras("-inf"), "NaN or infinity. Likely: the text says: "
+       "blocked scores get the dtype's most negative value") for prefix in ("", "fixed_")],
+    *[(f"{prefix}multi_head_attention_{track}", factory("-1e4"), "a fixed fill such as -1e4 lies above real scores")
+      for prefix in ("", "fixed_") for track, factory in (("torch", _mha_torch), ("keras", _mha_keras))],
+    *[(f"{prefix}multi_head_attention_torch", _mha_torch(fill), "float16.*(overflow|NaN).*Likely: the text says: "
+       "blocked scores get the dtype's most negative value") for prefix in ("", "fixed_") for fill in ("-1e9",
+                                                                                                  "float32")],
+    *[(f"{prefix}multi_head_attention_torch", _mha_torch("-inf"), "NaN or infinity. Likely")
+      for prefix in ("", "fixed_")],
+    *[(f"{prefix}masked_attention_{track}", factory(fill="-1e4"), "a fixed fill such as -1e4 lies above real scores")
+      for prefix in ("", "fixed_") for track, factory in (("torch", _masked_torch), ("keras", _masked_keras))],
+]
+STATED_TYPES = [
+    ("attention_torch", _scaled("right"), "should be a torch.Tensor; got ndarray"),
+    ("attention_keras", _scaled("right"), "should be a Keras tensor"),
+    ("multi_head_attention_torch", _mha(), "should be a torch.Tensor; got ndarray"),
+    ("multi_head_attention_keras", _mha(), "should be a Keras tensor"),
+    ("fixed_multi_head_attention_torch", _mha(), "should be a torch.Tensor; got ndarray"),
+    ("fixed_multi_head_attention_keras", _mha(), "should be a Keras tensor"),
+    ("fixed_attention_torch", _scaled("right"), "should be a torch.Tensor; got ndarray"),
+    ("masked_attention_torch", _masked_numpy("right"), "should be a torch.Tensor; got ndarray"),
+    ("masked_attention_keras", _masked_numpy("right"), "should be a Keras tensor"),
+    ("masked_attention_torch", _masked_torch(upcast=True), "float16 inputs give a float16 output"),
+    ("transformer_masks", _three_masks("as list"), "is a tuple; got list"),
+    ("fixed_masked_attention_torch", _masked_torch(upcast=True), "float16 inputs give a float16 output"),
+    ("fixed_masked_attention_keras", _masked_keras(upcast=True), "float16 inputs give a float16 output"),
+    ("SelfAttention_torch", _SelfAttentionOfParameters, "each a torch.nn.Linear; wq is missing or is not one"),
+    ("SelfAttention_keras", _SelfAttentionOfWeights, "each a keras.layers.Dense; wq is missing or is not one"),
+    ("self_attention_numbers", _numbers_shapes_as_lists, "w_shape is a tuple; got list"),
+    ("self_attention_numbers", _numbers_parameters_as_float, "parameters is an int; got float"),
+    ("scale_for_variance", _scale_as_int, r"\(a Python float\) is a float; got int"),
+    ("head_parameter_counts", _counts_as_floats, "is an int; got float"),
+    ("masking_answers", _answers(lowest_float16=-65504), r"lowest_float16 \(a Python float\) is a float; got int"),
+]
+TAGGED_TYPES = [case for case in CHAPTER_2 + CHAPTER_3 + CHAPTER_4 if (case[0], case[2]) in {
+    ("fixed_attention_keras", "Keras tensor"), ("additive_attention", "NumPy array"),
+    ("grouped_query_attention", "NumPy arrays"), ("padding_mask_torch", "a boolean mask, True = may attend"),
+    ("padding_mask_keras", "a boolean mask, True = may attend"),
+    ("causal_mask_torch", "a boolean mask, True = may attend"),
+    ("causal_mask_keras", "a boolean mask, True = may attend"), ("torch_style_masks", "boolean masks"),
+    ("packed_causal_mask", "a boolean mask, True = may attend"), ("masking_answers", "return a dict"),
+    ("self_attention_numbers", "return a dict")}]
+MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES + TAGGED_TYPES}
+
+
 @pytest.mark.parametrize(
     "exercise_id, wrong, message",
-    CHAPTER_2 + CHAPTER_3 + CHAPTER_4,
+    CHAPTER_2 + CHAPTER_3 + CHAPTER_4 + NAMED_INPUTS + STATED_TYPES,
     ids=lambda value: value if isinstance(value, str) and " " not in value else "",
 )
 def test_typical_mistakes_are_named(exercise_id, wrong, message):

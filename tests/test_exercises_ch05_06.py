@@ -101,7 +101,7 @@ def _shift_unchanged(pe, k):
     return pe
 
 
-def _torch_input(scale_embedding=True, add_pe=True, scale_pe=False, start=0):
+def _torch_input(scale_embedding=True, add_pe=True, scale_pe=False, start=0, as_numpy=False):
     import torch
 
     def encoder_input_torch(ids, table):
@@ -110,18 +110,22 @@ def _torch_input(scale_embedding=True, add_pe=True, scale_pe=False, start=0):
         words = table[ids] * (d_model**0.5 if scale_embedding else 1.0)
         if not add_pe:
             return words
+        if as_numpy:
+            return (words + pe).detach().numpy()
         return (table[ids] + pe) * d_model**0.5 if scale_pe else words + pe
 
     return encoder_input_torch
 
 
-def _keras_input(scale_embedding=True, add_pe=True, start=0):
+def _keras_input(scale_embedding=True, add_pe=True, start=0, as_numpy=False):
     from keras import ops
 
     def encoder_input_keras(ids, table):
         seq_len, d_model = ids.shape[1], table.shape[1]
         pe = ops.convert_to_tensor(_pe_right(seq_len + start, d_model)[start:], dtype=table.dtype)
         words = ops.take(table, ids, axis=0) * (d_model**0.5 if scale_embedding else 1.0)
+        if as_numpy:
+            return ops.convert_to_numpy(words + pe)
         return words + pe if add_pe else words
 
     return encoder_input_keras
@@ -199,6 +203,8 @@ def _offset_similarity(kind):
             return np.cos(angle).mean(-1)
         if kind == "int":
             return np.cos(angle).sum(-1).round().astype(np.int64)
+        if kind == "list":
+            return np.cos(angle).sum(-1).tolist()
         return np.cos(angle).sum(-1)
 
     return offset_similarity
@@ -239,6 +245,8 @@ def _hits(kind):
                 return rate
             if kind == "text":
                 return f"{1 - (1 - rate) ** layers:.2f}"
+            if kind == "int when nothing drops":
+                return 0 if rate == 0 else 1 - (1 - rate) ** layers
             return 0.47
 
         return dropout_hit_fraction
@@ -301,6 +309,13 @@ def _pre_ln(kind, framework):
             return sublayer(norm(x))
         if kind == "normalised_residual":
             return norm(x) + sublayer(norm(x))
+        if kind == "numpy":
+            out = x + sublayer(norm(x))
+            if framework == "torch":
+                return out.detach().numpy()
+            from keras import ops
+
+            return ops.convert_to_numpy(out)
         raise ValueError(kind)
 
     return block
@@ -362,7 +377,7 @@ def _ffn(kind):
     return feed_forward
 
 
-def _ln_torch(dim=-1, unbiased=False, detach=False, eps_outside=False):
+def _ln_torch(dim=-1, unbiased=False, detach=False, eps_outside=False, as_numpy=False):
     import torch
 
     def layer_norm_torch(x, gamma, beta, eps=1e-5):
@@ -370,7 +385,8 @@ def _ln_torch(dim=-1, unbiased=False, detach=False, eps_outside=False):
         mean = source.mean(dim=dim, keepdim=True)
         var = source.var(dim=dim, keepdim=True, unbiased=unbiased)
         scale = var.sqrt() + eps if eps_outside else torch.sqrt(var + eps)
-        return gamma * (source - mean) / scale + beta
+        out = gamma * (source - mean) / scale + beta
+        return out.detach().numpy() if as_numpy else out
 
     return layer_norm_torch
 
@@ -402,6 +418,8 @@ def _ln_grad(kind):
             return inv_std * (g - g.mean(-1, keepdims=True))
         if kind == "no_mean_term":
             return inv_std * (g - x_hat * (g * x_hat).mean(-1, keepdims=True))
+        if kind == "list":
+            return (inv_std * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))).tolist()
         return inv_std * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
 
     return layer_norm_input_grad
@@ -428,15 +446,43 @@ CH06_MISTAKES += [
     ("dropout_hit_fraction", _hits("sum"), "adds the probabilities"),
     ("dropout_hit_fraction", _hits("survives"), "survives every block"),
     ("dropout_hit_fraction", _hits("one"), "one block"),
-    ("dropout_hit_fraction", _hits("text"), "a number"),
+    ("dropout_hit_fraction", _hits("text"), "is a float; got str"),
     ("dropout_hit_fraction", _hits("constant"), "differs|should be"),
 ]
 
 
+def _pe_as_list(max_len, d_model):
+    return _pe_right(max_len, d_model).tolist()
+
+
+def _count_as_float(d_model, d_ff, num_heads):
+    return float(_count()(d_model, d_ff, num_heads))
+
+
+# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+NEW_TYPES = [
+    ("encoder_input_torch", lambda: _torch_input(as_numpy=True), "should be a torch.Tensor; got ndarray"),
+    ("encoder_input_keras", lambda: _keras_input(as_numpy=True), "should be a Keras tensor"),
+    ("offset_similarity", lambda: _offset_similarity("list"), "should be a NumPy array; got list"),
+    ("pre_ln_sublayer_torch", lambda: _pre_ln("numpy", "torch"), "residual path must stay in the graph.*NumPy"),
+    ("pre_ln_sublayer_keras", lambda: _pre_ln("numpy", "keras"), "residual path must stay in the graph.*NumPy"),
+    ("layer_norm_torch", lambda: _ln_torch(as_numpy=True), "no gradient.*no NumPy round trip"),
+    ("layer_norm_input_grad", lambda: _ln_grad("list"), "should be a NumPy array; got list"),
+    ("positional_encoding", lambda: _pe_as_list, "the text says: a NumPy array\\) should be a NumPy array; got list"),
+    ("encoder_layer_parameters", lambda: _count_as_float, "\\(as an int\\) is an int; got float"),
+    ("dropout_hit_fraction", _hits("int when nothing drops"), "\\(as a float\\) is a float; got int"),
+]
+STATED_TYPES = NEW_TYPES + [case for case in CH05_MISTAKES + CH06_MISTAKES if (case[0], case[2]) in {
+    ("angular_frequencies", "NumPy array"), ("add_positions_torch", "keep the dtype"),
+    ("add_positions_keras", "Keras tensor"), ("learned_table_outcome", "one of the strings"),
+    ("feed_forward", "NumPy array"), ("layer_norm_keras", "Keras tensor")}]
+MISTAKE_CLASSES = {"a type the text states": STATED_TYPES}
+
+
 @pytest.mark.parametrize(
     "exercise_id, make_wrong, message",
-    CH05_MISTAKES + CH06_MISTAKES,
-    ids=[f"{e}-{m}" for e, _, m in CH05_MISTAKES + CH06_MISTAKES],
+    CH05_MISTAKES + CH06_MISTAKES + NEW_TYPES,
+    ids=[f"{e}-{m}" for e, _, m in CH05_MISTAKES + CH06_MISTAKES + NEW_TYPES],
 )
 def test_typical_mistakes_are_named(exercise_id, make_wrong, message):
     with pytest.raises(CheckFailed, match=message):
@@ -455,7 +501,7 @@ def test_each_exercise_has_at_least_three_named_mistakes():
 def test_wrong_default_epsilon_and_non_integer_counts_fail():
     with pytest.raises(CheckFailed, match="default epsilon"):
         run_check("layer_norm", _ln_eps_1e6)
-    with pytest.raises(CheckFailed, match="whole number"):
+    with pytest.raises(CheckFailed, match="is an int; got float"):
         run_check("encoder_layer_parameters", lambda d, f, h: float(_count()(d, f, h)))
 
 

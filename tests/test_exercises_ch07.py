@@ -15,7 +15,7 @@ from companion.checks import CheckFailed, exercises_for, run_check
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _counter(biases=True, norms=True, cross=True, w_o=True, generator=True, heads=False):
+def _counter(biases=True, norms=True, cross=True, w_o=True, generator=True, heads=False, as_float=False):
     def count_parameters(src_vocab_size, tgt_vocab_size, d_model, num_layers, d_ff):
         attention = (4 if w_o else 3) * (d_model * d_model + (d_model if biases else 0))
         if heads:  # counts d_model x d_model per head
@@ -25,7 +25,8 @@ def _counter(biases=True, norms=True, cross=True, w_o=True, generator=True, head
         encoder = attention + ffn + 2 * norm
         decoder = (2 if cross else 1) * attention + ffn + (3 if cross else 2) * norm
         out = (d_model * tgt_vocab_size + (tgt_vocab_size if biases else 0)) if generator else 0
-        return (src_vocab_size + tgt_vocab_size) * d_model + num_layers * (encoder + decoder) + out
+        total = (src_vocab_size + tgt_vocab_size) * d_model + num_layers * (encoder + decoder) + out
+        return float(total) if as_float else total
 
     return count_parameters
 
@@ -86,7 +87,8 @@ def _lr_off_by_one(step, d_model, warmup_steps):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_sentence=False):
+def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_sentence=False, as_float=False,
+                as_vector=False):
     def label_smoothed_loss_torch(logits, labels, smoothing, pad_id):
         log_probs = torch.log_softmax(logits.double(), dim=-1)
         nll = -log_probs.gather(-1, labels.long()[..., None])[..., 0]
@@ -102,9 +104,21 @@ def _loss_torch(average_pad=False, smooth=True, others=False, total=False, per_s
             return (per_token * keep).sum()
         if per_sentence:
             return ((per_token * keep).sum(1) / keep.sum(1)).mean()
+        if as_float:
+            return ((per_token * keep).sum() / keep.sum()).item()
+        if as_vector:
+            return ((per_token * keep).sum() / keep.sum()).reshape(1)
         return (per_token * keep).sum() / keep.sum()
 
     return label_smoothed_loss_torch
+
+
+def _loss_keras_as_numpy(logits, labels, smoothing, pad_id):
+    log_probs = ops.log_softmax(logits, axis=-1)
+    nll = -ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(ops.cast(labels, "int32"), -1), -1), -1)
+    keep = ops.cast(ops.not_equal(labels, pad_id), nll.dtype)
+    per_token = (1 - smoothing) * nll + smoothing * -ops.mean(log_probs, axis=-1)
+    return ops.convert_to_numpy(ops.sum(per_token * keep) / ops.sum(keep))
 
 
 def _loss_keras_pad_averaged(logits, labels, smoothing, pad_id):
@@ -132,7 +146,8 @@ def _loss_keras_summed(logits, labels, smoothing, pad_id):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _greedy_torch(keep_bos=False, no_pad=False, stop_first=False, never_stop=False, first_position=False):
+def _greedy_torch(keep_bos=False, no_pad=False, stop_first=False, never_stop=False, first_position=False,
+                  pad_zero=False):
     def greedy_decode_torch(model, src_ids, bos_id, eos_id, max_len):
         memory, src_mask = model.encode(src_ids)
         generated = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
@@ -141,7 +156,7 @@ def _greedy_torch(keep_bos=False, no_pad=False, stop_first=False, never_stop=Fal
             logits = model.decode(generated, memory, src_mask)
             next_ids = logits[:, 0 if first_position else -1].argmax(-1)
             if not no_pad:
-                next_ids = next_ids.masked_fill(finished, model.pad_id)
+                next_ids = next_ids.masked_fill(finished, 0 if pad_zero else model.pad_id)
             generated = torch.cat([generated, next_ids[:, None]], dim=1)
             finished |= next_ids == eos_id
             if stop_first and finished.any():
@@ -178,6 +193,20 @@ def _greedy_keras_keep_bos(model, src_ids, bos_id, eos_id, max_len):
         if bool(ops.convert_to_numpy(ops.all(finished))):
             break
     return generated
+
+
+def _greedy_keras_pad_zero(model, src_ids, bos_id, eos_id, max_len):
+    memory, src_mask = model.encode(src_ids)
+    generated = ops.full((src_ids.shape[0], 1), bos_id, dtype="int32")
+    finished = ops.zeros((src_ids.shape[0],), dtype="bool")
+    for _ in range(max_len):
+        next_ids = ops.cast(ops.argmax(model.decode(generated, memory, src_mask)[:, -1], axis=-1), "int32")
+        next_ids = ops.where(finished, 0, next_ids)
+        generated = ops.concatenate([generated, next_ids[:, None]], axis=1)
+        finished = ops.logical_or(finished, ops.equal(next_ids, eos_id))
+        if bool(ops.convert_to_numpy(ops.all(finished))):
+            break
+    return generated[:, 1:]
 
 
 def _greedy_keras_never_stops(model, src_ids, bos_id, eos_id, max_len):
@@ -259,11 +288,32 @@ def _best(kind):
             scores = [sum(h) * ((5.0 + len(h)) / 6.0) ** alpha for h in hypotheses]
         elif kind == "length_plus_one":  # counts <s> in the length
             scores = [sum(h) / ((6.0 + len(h)) / 6.0) ** alpha for h in hypotheses]
+        elif kind == "without_eos":  # leaves </s> out of the length
+            scores = [sum(h) / ((4.0 + len(h)) / 6.0) ** alpha for h in hypotheses]
+        elif kind == "last_on_tie":
+            scores = [sum(h) / ((5.0 + len(h)) / 6.0) ** alpha for h in hypotheses]
+            return max(i for i, score in enumerate(scores) if score == max(scores))
         else:
             raise ValueError(kind)
         return int(np.argmax(scores)) if kind != "raw" else np.float64(np.argmax(scores))
 
     return best_hypothesis
+
+
+# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+NAMED_INPUTS = [
+    ("greedy_decode_torch", _greedy_torch(pad_zero=True), "which is 1 for this model; yours filled with 0"),
+    ("greedy_decode_keras", _greedy_keras_pad_zero, "which is 1 for this model; yours filled with 0"),
+    ("best_hypothesis", _best("without_eos"), "yours left </s> out of the length"),
+    ("best_hypothesis", _best("last_on_tie"), "the first one on a tie"),
+]
+STATED_TYPES = [
+    ("label_smoothed_loss_torch", _loss_torch(as_float=True), "a scalar tensor that training can differentiate"),
+    ("label_smoothed_loss_keras", _loss_keras_as_numpy, "should be a Keras tensor"),
+    ("label_smoothed_loss_torch", _loss_torch(as_vector=True), r"returned shape \(1,\), not a scalar"),
+    ("count_parameters", _counter(as_float=True), r"\(as an int\) is an int; got float"),
+    ("decode_calls", _calls("float"), r"\(as an int\) is an int; got float"),
+]
 
 
 CH07_NEW_MISTAKES = [
@@ -280,12 +330,17 @@ CH07_NEW_MISTAKES = [
     ("decode_calls", _calls("first"), "slowest one decides"),
     ("decode_calls", _calls("no_cap"), "after max_len steps"),
     ("decode_calls", _calls("ignore_none"), "never produces"),
-    ("decode_calls", _calls("float"), "should return an int"),
-    ("best_hypothesis", _best("raw"), "should return an int"),
+    ("best_hypothesis", _best("raw"), "is an int; got float64"),
     ("best_hypothesis", _best("mean"), "mean log-probability"),
     ("best_hypothesis", _best("multiply"), "multiplied the sum|not divided"),
     ("best_hypothesis", _best("length_plus_one"), "counted <s>"),
 ]
+
+
+TAGGED_TYPES = [case for case in CH07_NEW_MISTAKES if (case[0], case[2]) in {
+    ("masked_nll_torch", "cannot be differentiated|torch.Tensor"), ("masked_nll_keras", "Keras tensor"),
+    ("best_hypothesis", "is an int; got float64")}]
+MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES + TAGGED_TYPES}
 
 
 @pytest.mark.parametrize(
@@ -324,6 +379,8 @@ CH07_NEW_MISTAKES = [
         ("greedy_decode_keras", _greedy_keras_keep_bos, "starts with <s>"),
         ("greedy_decode_keras", _greedy_keras_never_stops, "after every sentence had finished"),
         *CH07_NEW_MISTAKES,
+        *NAMED_INPUTS,
+        *STATED_TYPES,
     ],
 )
 def test_typical_mistakes_are_named(exercise_id, wrong, message):

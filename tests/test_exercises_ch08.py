@@ -15,8 +15,10 @@ from companion.checks import CheckFailed, exercises_for, run_check
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _merge(step_after_merge=2, first_only=False, keep_last=True, reverse=False):
+def _merge(step_after_merge=2, first_only=False, keep_last=True, reverse=False, as_tuple=False):
     def bpe_merge(tokens, pair, new_token):
+        if as_tuple:
+            return tuple(bpe_merge_forward(tokens, pair, new_token))
         if reverse:
             return bpe_merge_forward(tokens[::-1], pair[::-1], new_token)[::-1]
         return bpe_merge_forward(tokens, pair, new_token)
@@ -42,7 +44,14 @@ def _merge(step_after_merge=2, first_only=False, keep_last=True, reverse=False):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _best_pair(weighted=True, once_per_word=False, largest_on_tie=False, first_on_tie=False):
+def _merge_as_text(tokens, pair, new_token):
+    """Writes the ids out with spaces and replaces the text of the pair: the digits of longer ids get merged."""
+    text = " ".join(str(t) for t in tokens).replace(f"{pair[0]} {pair[1]}", str(new_token))
+    return [int(t) for t in text.split()]
+
+
+def _best_pair(weighted=True, once_per_word=False, largest_on_tie=False, first_on_tie=False, none="None",
+               as_list=False):
     def best_pair(word_counts):
         counts = {}
         for word, frequency in word_counts.items():
@@ -51,13 +60,14 @@ def _best_pair(weighted=True, once_per_word=False, largest_on_tie=False, first_o
                 pairs = list(dict.fromkeys(pairs))
             for pair in pairs:
                 counts[pair] = counts.get(pair, 0) + (frequency if weighted else 1)
-        if not counts:
-            return None
+        if not counts and none != "max of nothing":
+            return {"None": None, "empty tuple": ()}[none]
         if first_on_tie:  # max() keeps the first pair seen among equals
             return max(counts, key=counts.get)
         top = max(counts.values())
         tied = [pair for pair, count in counts.items() if count == top]
-        return max(tied) if largest_on_tie else min(tied)
+        best = max(tied) if largest_on_tie else min(tied)
+        return list(best) if as_list else best
 
     return best_pair
 
@@ -106,7 +116,7 @@ TEMPERATURE_MISTAKES = [
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _nucleus(strict=False, renormalise=True, sort=True, per_token=False):
+def _nucleus(strict=False, renormalise=True, sort=True, per_token=False, inclusive=False):
     def nucleus_probs(probs, p):
         if per_token:
             keep = (probs >= p) | (probs == probs.max(-1, keepdims=True))
@@ -114,7 +124,10 @@ def _nucleus(strict=False, renormalise=True, sort=True, per_token=False):
             order = np.argsort(-probs, axis=-1) if sort else np.tile(np.arange(probs.shape[-1]), (len(probs), 1))
             sorted_probs = np.take_along_axis(probs, order, axis=-1)
             running = np.cumsum(sorted_probs, axis=-1)
-            keep_sorted = running < p if strict else running - sorted_probs < p
+            if inclusive:
+                keep_sorted = running - sorted_probs <= p
+            else:
+                keep_sorted = running < p if strict else running - sorted_probs < p
             keep_sorted[:, 0] = True
             keep = np.zeros_like(keep_sorted)
             np.put_along_axis(keep, order, keep_sorted, axis=-1)
@@ -129,7 +142,7 @@ def _nucleus(strict=False, renormalise=True, sort=True, per_token=False):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _cached_torch(front=False, grow=True, only_cache=False, scale="sqrt", only_new=False):
+def _cached_torch(front=False, grow=True, only_cache=False, scale="sqrt", only_new=False, as_numpy=False):
     import torch
 
     def cached_attention_torch(q, k_new, v_new, k_cache, v_cache):
@@ -144,9 +157,19 @@ def _cached_torch(front=False, grow=True, only_cache=False, scale="sqrt", only_n
         out = torch.softmax(q @ keys.transpose(-1, -2) / divisor, -1) @ values
         if only_new:
             out = v_new
+        if as_numpy:
+            return tuple(t.detach().numpy() for t in (out, k_cache, v_cache))
         return (out, k_cache, v_cache) if grow else (out, old_k, old_v)
 
     return cached_attention_torch
+
+
+def _cached_keras_as_numpy(q, k_new, v_new, k_cache, v_cache):
+    from keras import ops
+
+    k_cache, v_cache = ops.concatenate([k_cache, k_new], axis=2), ops.concatenate([v_cache, v_new], axis=2)
+    weights = ops.softmax(ops.matmul(q, ops.swapaxes(k_cache, -1, -2)) / q.shape[-1] ** 0.5, axis=-1)
+    return tuple(ops.convert_to_numpy(t) for t in (ops.matmul(weights, v_cache), k_cache, v_cache))
 
 
 def _cached_keras(front=False, scale="sqrt", only_cache=False):
@@ -184,6 +207,8 @@ def _perplexity(kind):
             return float(np.exp(_nll(logits, targets)).mean())
         if kind == "sum":
             return float(np.exp(_nll(logits, targets).sum()))
+        if kind == "array":
+            return np.exp(_nll(logits, targets).mean(keepdims=True))
         return float(np.exp(_nll(logits, logits.argmax(-1)).mean()))  # scores the model's own best guess
 
     return perplexity
@@ -264,6 +289,8 @@ def _top_k(kind):
         kept = np.where(scaled >= kth, probs, 0.0)
         if kind == "no_renormalise":
             return kept
+        if kind == "list":
+            return (kept / kept.sum(-1, keepdims=True)).tolist()
         return kept / kept.sum(-1, keepdims=True)
 
     return top_k_probs
@@ -299,8 +326,29 @@ CH08_MISTAKES += [
     ("kv_cache_bytes", lambda: _cache("keys_only"), "only the keys"),
     ("kv_cache_bytes", lambda: _cache("numbers"), "numbers, not bytes"),
     ("kv_cache_bytes", lambda: _cache("no_batch"), "batch is missing"),
-    ("kv_cache_bytes", lambda: _cache("gib"), "should return an int"),
+    ("kv_cache_bytes", lambda: _cache("gib"), "is an int; got float"),
 ]
+
+# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+NAMED_INPUTS = [
+    ("bpe_merge", lambda: _merge_as_text, "merged their digits as text"),
+    ("best_pair", lambda: _best_pair(none="max of nothing"), "return None when no word has two tokens"),
+    ("best_pair", lambda: _best_pair(none="empty tuple"), "return None when no word has two tokens"),
+    ("nucleus_probs", lambda: _nucleus(inclusive=True), "reaches p exactly"),
+]
+STATED_TYPES = [
+    ("bpe_merge", lambda: _merge(as_tuple=True), r"\(a list\) is a list; got tuple"),
+    ("best_pair", lambda: _best_pair(as_list=True), r"\(a tuple \(a, b\)\) is a tuple; got list"),
+    ("perplexity", lambda: _perplexity("array"), r"\(as a float\) is a float; got ndarray"),
+    ("cached_attention_torch", lambda: _cached_torch(as_numpy=True), "should be a torch.Tensor; got ndarray"),
+    ("top_k_probs", lambda: _top_k("list"), "should be a NumPy array; got list"),
+    ("cached_attention_keras", lambda: _cached_keras_as_numpy, "should be a Keras tensor"),
+    CH08_MISTAKES[-1],
+]
+CH08_MISTAKES += NAMED_INPUTS + STATED_TYPES[:-1]
+TAGGED_TYPES = [case for case in CH08_MISTAKES if (case[0], case[2]) in {
+    ("causal_softmax_torch", "dtype of scores"), ("causal_softmax_keras", "Keras tensor")}]
+MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES + TAGGED_TYPES}
 
 
 @pytest.mark.parametrize("exercise_id, make, message", CH08_MISTAKES, ids=[f"{e}-{m}" for e, _, m in CH08_MISTAKES])

@@ -115,8 +115,8 @@ MUTANTS = [
     ("label_smoothed_loss_torch", _loss_float, "cannot be differentiated.*the output is a float"),
     ("label_smoothed_loss_torch", _loss_detached, "cannot be differentiated"),
     ("label_smoothed_loss_keras", _as_numpy(CH7["label_smoothed_loss_keras"]), "should be a Keras tensor"),
-    ("count_parameters", _count_string, "should return an integer; got str '"),
-    ("encoder_layer_parameters", _encoder_layer_float, "whole number \\(an int\\); got float"),
+    ("count_parameters", _count_string, "is an int; got str '"),
+    ("encoder_layer_parameters", _encoder_layer_float, "\\(as an int\\) is an int; got float"),
     ("greedy_decode_torch", _greedy_reencode, "called model.encode \\d+ times: encode the source once"),
 ]
 
@@ -126,6 +126,21 @@ MUTANTS = [
 def test_each_mistake_class_is_named(exercise_id, wrong, message):
     with pytest.raises(CheckFailed, match=message):
         run_check(exercise_id, wrong)
+
+
+def test_the_one_rule_for_answer_types():
+    from companion.checks.tracks import ANSWER_TYPE_RULE, expect_answer_type
+
+    for value, kind in [(12, "int"), (np.int64(12), "int"), (0.5, "float"), (np.float32(0.5), "float"),
+                        ((1, 2), "tuple"), ([1], "list"), ({}, "dict"), ("error", "str")]:
+        expect_answer_type(value, kind, "the answer")
+    for value, kind, got in [(12.0, "int", "float"), (True, "int", "bool"), (12, "float", "int"),
+                             (np.bool_(True), "float", "bool"), ([1, 2], "tuple", "list"), ((1,), "list", "tuple"),
+                             (np.array(0.5), "float", "ndarray")]:
+        with pytest.raises(CheckFailed, match=f"the answer is an? {kind}; got {got}.*{re.escape(ANSWER_TYPE_RULE)}"):
+            expect_answer_type(value, kind, "the answer")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        expect_answer_type(1, "number", "the answer")
 
 
 def test_messages_show_where_the_largest_difference_is():

@@ -52,7 +52,10 @@ above works in both, because the proxy supports exactly this:
   a change must pass the object again.
 
 :func:`expect_type` failures are deferred (:func:`defer`) until the checker's value comparisons are done, so a
-known mistake is named before a type problem. ``tests/test_grader.py`` grades every solution and every stub
+known mistake is named before a type problem. Wherever an exercise's text names the type of a plain answer (an
+int, a float, a tuple, a list, a dict, a string), the checker calls
+:func:`companion.checks.tracks.expect_answer_type`: one rule for every chapter, stated once in the conventions of
+chapter 1's exercises (``ANSWER_TYPE_RULE``). ``tests/test_grader.py`` grades every solution and every stub
 through the grader, which shows at once whether a new checker works through the proxy.
 """
 

@@ -6,7 +6,13 @@ import numpy as np
 
 from companion import text
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy, type_name
-from companion.checks.tracks import EMBEDDING_SHORTCUTS, expect_answer_dict, expect_differentiable, expect_type
+from companion.checks.tracks import (
+    EMBEDDING_SHORTCUTS,
+    expect_answer_dict,
+    expect_answer_type,
+    expect_differentiable,
+    expect_type,
+)
 
 CHAPTER = "01_text_as_numbers"
 
@@ -23,9 +29,7 @@ def check_build_vocabulary(build_vocabulary) -> None:
         words = [w for s in sentences for w in s.split()]
         expected = {w: i for i, w in enumerate(dict.fromkeys(words), start=1)}
         answer = call(build_vocabulary, list(sentences))
-        if not isinstance(answer, dict):
-            raise CheckFailed(f"the text says: build_vocabulary returns a dictionary from each word to its id; got "
-                              f"{type(answer).__name__}")
+        expect_answer_type(answer, "dict", "build_vocabulary(...) (a dictionary from each word to its id)")
         expect_equal(
             answer,
             expected,
@@ -96,18 +100,23 @@ def check_one_hot_batch(one_hot_batch) -> None:
             raise CheckFailed(f"one_hot_batch(ids of shape {shape}, num_words={num_words}) has shape "
                               f"{tuple(to_numpy(short).shape)}, expected {(*shape, num_words + 1)}. Likely: {hint}")
         ids.flat[0] = num_words  # the largest id must fit
+        ids.flat[-1] = 0  # and PAD, which has a vector like any other id
         expected = text.one_hot(ids, num_words + 1)
         try:
             answer = call(one_hot_batch, ids.copy(), num_words)
         except CheckFailed as failure:
             raise CheckFailed(f"{failure}. Likely: {hint}" if "IndexError" in str(failure) else str(failure)) from None
+        what = f"one_hot_batch(ids of shape {shape}, num_words={num_words})"
         expect_close(
             answer,
             expected,
-            f"one_hot_batch(ids of shape {shape}, num_words={num_words})",
+            what,
             mistakes={"the text says: the shape is (batch, seq_len, depth): the one-hot axis goes last":
-                      np.moveaxis(expected, -1, 0)},
+                      np.moveaxis(expected, -1, 0),
+                      "the text says: a single 1 per vector, PAD (0) included; your PAD vectors are all zeros (PAD "
+                      "has its 1 at position 0)": expected * (ids != 0)[..., None]},
         )
+        expect_type(answer, "numpy", f"the result of {what} (the text says: a float array)", "float")
 
 
 SCALE_MISSING = "the text says: scale the result by sqrt(d_model), as the Transformer does; the factor is missing"
@@ -159,7 +168,7 @@ def check_embed_keras(embed_keras) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: a graded question, find-the-bug in both tracks, a stretch
+# A graded question, find-the-bug in both tracks, a stretch
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -171,6 +180,8 @@ def check_one_hot_answers(one_hot_answers) -> None:
         "the text says: ids 1 to 11 AND PAD (0) each need a position": 11})
     expect_equal(answer["id_without_position"], 11, "id_without_position", mistakes={
         "vectors of length 11 have positions 0 to 10; PAD (0) has one, the largest id does not": 0})
+    for key in ("positions_needed", "id_without_position"):
+        expect_answer_type(answer[key], "int", f"{key} (a dict of two Python ints)")
 
 
 ONE_HOT_HINT = ("the text says: the one-hot vectors are vocab_size long; one_hot without num_classes makes them "
@@ -206,9 +217,11 @@ def check_fixed_embed_keras(fixed_embed_keras) -> None:
 @exercise(CHAPTER, "embedding_gradient", "stretch: the gradient of an embedding table, rows that repeat add up")
 def check_embedding_gradient(embedding_gradient) -> None:
     generator = rng(5)
-    for batch, length, vocab, d_model in [(2, 5, 6, 3), (1, 4, 3, 2), (3, 6, 10, 4)]:
+    for batch, length, vocab, d_model in [(2, 5, 6, 3), (1, 4, 3, 2), (3, 6, 10, 4), (2, 3, 9, 2)]:
         ids = generator.integers(0, vocab, size=(batch, length))
         ids[0, :2] = ids[0, 2]  # a repeated id
+        if vocab == 9:  # a batch that lacks the largest ids: the table still has vocab_size rows
+            ids = np.minimum(ids, vocab - 4)
         upstream = generator.standard_normal((batch, length, d_model))
         expected = np.zeros((vocab, d_model))
         np.add.at(expected, ids, upstream)
@@ -220,5 +233,7 @@ def check_embedding_gradient(embedding_gradient) -> None:
             "the text says: an id that occurs several times collects the SUM of its upstream gradients; "
             "grad[ids] = upstream keeps only the last one (np.add.at adds them all)": overwritten,
             "the text says: the loss uses table[ids] without the sqrt(d_model) factor": expected * np.sqrt(d_model),
+            "the text says: the gradient has shape (vocab_size, d_model), a row for every word, used or not; yours "
+            "has a row only up to the largest id of the batch": expected[: ids.max() + 1],
         })
         expect_type(answer, "numpy", f"the result of {what} (the text says: a NumPy array)", "float")

@@ -21,6 +21,7 @@ from companion.checks.tracks import (  # noqa: E402, F401 - one home for the hel
     ATTENTION_SHORTCUTS,
     converter,
     expect_answer_dict,
+    expect_answer_type,
     expect_differentiable,
     expect_number,
     expect_type,
@@ -134,7 +135,7 @@ def check_scalar_self_attention(scalar_self_attention) -> None:
                 "the text says: the values are v_j = x_j * w_v; h blends the inputs x instead": weights @ x,
             },
         )
-    for n, m in [(4, 4), (3, 5), (4, 1), (1, 3)]:  # the variant of issue 13: cross-attention, keys and values from y
+    for n, m in [(4, 4), (3, 5), (4, 1), (1, 3)]:  # a variant: cross-attention, keys and values from y
         x = np.round(generator.normal(0, 1.2, size=n), 2)
         y = np.round(generator.normal(0, 1.2, size=m), 2)
         w_q, w_k, w_v = (float(np.round(w, 2)) for w in generator.normal(0, 1, size=3))
@@ -196,7 +197,7 @@ def check_attention_keras(attention_keras) -> None:
 
 
 def _check_attention_scale(attention, track: str, name: str) -> None:
-    """The variant of issue 13: an optional ``scale`` that multiplies the scores instead of 1 / sqrt(d_k)."""
+    """A variant: an optional ``scale`` that multiplies the scores instead of 1 / sqrt(d_k)."""
     generator = rng(24)
     for (lead, n, m, d_k, d_v), scale in zip(ATTENTION_SHAPES, (0.3, 1.0, 0.05), strict=True):
         q = generator.standard_normal((*lead, n, d_k)).astype(np.float32) * 1.5
@@ -320,7 +321,7 @@ def check_self_attention_keras(SelfAttention_keras) -> None:  # noqa: N803 (the 
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: graded questions, find-the-bug, stretch
+# Graded questions, find-the-bug, stretch
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -341,13 +342,18 @@ def check_self_attention_numbers(self_attention_numbers) -> None:
     expect_equal(answer["output_shape"], (1, 10, 512), "output_shape",
                  mistakes={"the text says: 512-wide outputs; the output has the projected width d_out = 512, not "
                            "the input width": (1, 10, 256)})
+    for key, kind in [("w_shape", "tuple"), ("parameters", "int"), ("weights_shape", "tuple"),
+                      ("output_shape", "tuple")]:
+        expect_answer_type(answer[key], kind, key)
 
 
 @exercise(CHAPTER, "scale_for_variance", "the divisor that brings the variance of q . k back to 1")
 def check_scale_for_variance(scale_for_variance) -> None:
     for variance, d_k in [(2.0, 64), (1.0, 64), (0.5, 16), (4.0, 9), (3.0, 1)]:
         expected = variance * np.sqrt(d_k)
-        expect_number(call(scale_for_variance, variance, d_k), expected, f"scale_for_variance({variance}, {d_k})", {
+        answer = call(scale_for_variance, variance, d_k)
+        expect_answer_type(answer, "float", f"scale_for_variance({variance}, {d_k}) (a Python float)")
+        expect_number(answer, expected, f"scale_for_variance({variance}, {d_k})", {
             "the text asks for the divisor that brings the variance back to 1: that is the standard deviation "
             "of q . k, variance * sqrt(d_k), not sqrt(d_k) alone": np.sqrt(d_k),
             "each term q_i k_i has variance variance**2 (a product of two independent entries), so q . k has "

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from companion import reference
-from companion.checks import call, exercise, expect_close, rng, to_numpy
+from companion.checks import CheckFailed, call, exercise, expect_close, rng, to_numpy
 from companion.checks.tracks import (
     ATTENTION_SHORTCUTS,
     converter,
     expect_answer_dict,
+    expect_answer_type,
     expect_differentiable,
     expect_type,
     output_pair,
@@ -133,6 +134,7 @@ def mha_variant(
     transpose: bool = True,
     output_projection: bool = True,
     axis: int = -1,
+    fill: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multi-head attention with switches for the typical mistakes; the defaults give the right answer."""
     batch, query_len, d_model = query.shape
@@ -149,7 +151,7 @@ def mha_variant(
     scores = q @ np.swapaxes(k, -1, -2)
     scores = scores / {"head": np.sqrt(d_head), "model": np.sqrt(d_model), "none": 1.0}[scale]
     if mask is not None:
-        scores = np.where(mask, scores, np.finfo(scores.dtype).min)
+        scores = np.where(mask, scores, np.finfo(scores.dtype).min if fill is None else fill)
     weights = reference.softmax(scores, axis=axis)
     heads = weights @ v
     merged = merge_reference(heads) if transpose else heads.reshape(batch, query_len, d_model)
@@ -161,7 +163,17 @@ MHA_CASES = [  # (batch, query_len, key_len, d_model, num_heads, mask kind)
     (2, 5, 5, 16, 4, None),
     (2, 3, 6, 12, 3, "padding"),
     (1, 4, 4, 8, 2, "causal"),
+    (2, 4, 5, 8, 2, "empty row"),  # a query whose keys are all blocked
+    (1, 2, 4, 8, 2, "very low scores"),  # real scores near -32768 beside a blocked key
 ]
+FIXED_FILL = ("the text says: blocked scores get the dtype's most negative value; a fixed fill such as -1e4 lies "
+              "above real scores as low as these (about -32768), so the blocked key took the weight")
+#: The torch track also runs in float16, where -1e9 and float32's lowest value do not fit.
+HALF_CASE = (2, 3, 4, 8, 2, "padding")
+MASK_FILL_HINT = ("the text says: blocked scores get the dtype's most negative value (torch.finfo(scores.dtype).min, "
+                  "or numpy's finfo of the Keras dtype): a query whose keys are all blocked then gets uniform weights "
+                  "and a finite output; -inf gives NaN there, and -1e9 or float32's lowest value do not fit in "
+                  "float16")
 
 
 def mha_case(generator: np.random.Generator, batch, query_len, key_len, d_model, num_heads, mask_kind):
@@ -186,15 +198,36 @@ def mha_case(generator: np.random.Generator, batch, query_len, key_len, d_model,
         mask = (np.arange(key_len)[None, :] < lengths[:, None])[:, None, None, :]
     elif mask_kind == "causal":
         mask = np.tril(np.ones((query_len, key_len), dtype=bool))[None, None]
+    elif mask_kind == "empty row":
+        mask = np.ones((batch, 1, query_len, key_len), dtype=bool)
+        mask[0, 0, 1, :] = False  # query 1 of sentence 0 may attend to nothing
+        mask[-1, 0, 2, :2] = False
+    elif mask_kind == "very low scores":  # identity projections and numbers whose scores are exact in float32
+        d_head = d_model // num_heads
+        query = np.full((batch, query_len, d_model), 256.0, dtype=np.float32)
+        key = np.full((batch, key_len, d_model), -64.0, dtype=np.float32)
+        for head in range(num_heads):  # head h scores key j at -32768 + (j or key_len - 1 - j) / 2
+            offsets = np.arange(key_len) if head % 2 == 0 else np.arange(key_len)[::-1]
+            key[:, :, head * d_head] += offsets / 256
+        for name in "qk":
+            params[f"w{name}"] = np.eye(d_model, dtype=np.float32)
+            params[f"b{name}"] = np.zeros(d_model, dtype=np.float32)
+        mask = np.ones((batch, 1, query_len, key_len), dtype=bool)
+        mask[..., 1] = False
     return query, key, value, params, mask
 
 
 def _check_mha(multi_head_attention, track: str, name: str) -> None:
     generator = rng(32)
     to_framework = converter(track)
-    for case in MHA_CASES:
+    half_case = [(HALF_CASE, np.float16)] if track == "torch" else []
+    for case, dtype in [(c, np.float32) for c in MHA_CASES] + half_case:
         batch, query_len, key_len, d_model, num_heads, mask_kind = case
         query, key, value, params, mask = mha_case(generator, *case)
+        half = dtype == np.float16
+        if half:
+            query, key, value = (a.astype(dtype) for a in (query, key, value))
+            params = {n: p.astype(dtype) for n, p in params.items()}
         as64 = [a.astype(np.float64) for a in (query, key, value)]
         params64 = {n: p.astype(np.float64) for n, p in params.items()}
 
@@ -203,11 +236,20 @@ def _check_mha(multi_head_attention, track: str, name: str) -> None:
 
         framework_params = dict(zip(params, to_framework(*params.values()), strict=True))
         framework_mask = None if mask is None else to_framework(mask)[0]
-        what = f"{name}(query {query.shape}, key {key.shape}, num_heads={num_heads}, mask={mask_kind})"
-        answer = call(
-            multi_head_attention, *to_framework(query, key, value), framework_params, num_heads, framework_mask
-        )
+        what = (f"{name}(query {query.shape}, key {key.shape}, num_heads={num_heads}, mask={mask_kind}"
+                + (", float16)" if half else ")"))
+        try:
+            answer = call(
+                multi_head_attention, *to_framework(query, key, value), framework_params, num_heads, framework_mask
+            )
+        except CheckFailed as failure:
+            if "overflow" in str(failure):
+                raise CheckFailed(f"{failure}. Likely: {MASK_FILL_HINT}") from None
+            raise
         out, weights = output_pair(answer, what)
+        if not (np.isfinite(out.astype(np.float64)).all() and np.isfinite(weights.astype(np.float64)).all()):
+            raise CheckFailed(f"{what} contains NaN or infinity. Likely: {MASK_FILL_HINT}")
+        limits = {"atol": 2e-2, "rtol": 2e-2} if half else tolerance(track)
         mistakes = {
             NO_TRANSPOSE: variant(transpose=False),
             "the text says: each head's scores are divided by sqrt(d_head), d_head = d_model // num_heads; the scores "
@@ -221,19 +263,21 @@ def _check_mha(multi_head_attention, track: str, name: str) -> None:
             "project `value` with wv and bv": mha_variant(
                 as64[0], as64[1], as64[1], params64, num_heads, mask),
         }
+        if mask_kind == "very low scores":
+            mistakes = {FIXED_FILL: variant(fill=-1e4), **mistakes}
         right_out, right_weights = variant()
         expect_close(
             weights,
             right_weights,
             f"the weights of {what}",
             mistakes={m: w for m, (_, w) in mistakes.items()},
-            **tolerance(track),
+            **limits,
         )
         out_mistakes = {m: o for m, (o, _) in mistakes.items()}
-        expect_close(out, right_out, f"the output of {what}", mistakes=out_mistakes, **tolerance(track))
+        expect_close(out, right_out, f"the output of {what}", mistakes=out_mistakes, **limits)
         expect_type(answer[0], track, f"the output of {what}", "float")
         expect_type(answer[1], track, f"the weights of {what}", "float")
-        if track in ("torch", "keras"):
+        if track in ("torch", "keras") and not half:
             expect_differentiable(multi_head_attention, (*to_framework(query, key, value), framework_params, num_heads,
                                                          framework_mask), what, (0, 1, 2), 0, track=track)
 
@@ -291,7 +335,7 @@ def check_summed_heads(summed_heads) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: find-the-bug, a graded question, a stretch
+# Find-the-bug, a graded question, a stretch
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -327,6 +371,8 @@ def check_head_parameter_counts(head_parameter_counts) -> None:
     expect_equal(answer["summed_output_width"], 512, "summed_output_width",
                  mistakes={"the text says: the outputs of (c) are ADDED; summing keeps the width of one head, only "
                            "concatenation multiplies it": 8 * 512})
+    for key in keys:
+        expect_answer_type(answer[key], "int", f"{key} (a dict of Python ints)")
 
 
 GQA_CASES = [(2, 4, 2, 3, 5, 4), (1, 6, 3, 4, 4, 2), (2, 4, 1, 2, 3, 8), (1, 2, 2, 3, 3, 4)]  # b, H, G, n, m, d

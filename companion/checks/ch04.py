@@ -12,6 +12,7 @@ from companion.checks.tracks import (
     ATTENTION_SHORTCUTS,
     converter,
     expect_answer_dict,
+    expect_answer_type,
     expect_differentiable,
     expect_number,
     expect_type,
@@ -76,7 +77,7 @@ def _check_padding_mask(padding_mask, track: str, name: str) -> None:
 
 
 def _check_padding_mask_tuple(padding_mask, track: str, name: str) -> None:
-    """The variant of issue 13: ``pad_id`` may be a tuple of ids, all of which are blocked."""
+    """A variant: ``pad_id`` may be a tuple of ids, all of which are blocked."""
     generator = rng(43)
     for batch, length, pad_ids in [(3, 6, (0, 3)), (2, 5, (7,)), (2, 4, (1, 2, 5))]:
         ids = generator.integers(0, 9, size=(batch, length))
@@ -130,7 +131,7 @@ def _check_causal_mask(causal_mask, name: str, track: str = "numpy") -> None:
         )
         _expect_bool(answer, what)
         expect_type(answer, track, what, "bool")
-    for query_len, key_len in [(1, 5), (2, 6), (3, 3), (4, 7)]:  # the variant of issue 13: cached decoding
+    for query_len, key_len in [(1, 5), (2, 6), (3, 3), (4, 7)]:  # a variant: cached decoding
         offset = key_len - query_len
         expected = np.tril(np.ones((query_len, key_len), dtype=bool), offset)[None, None]
         answer = call(causal_mask, query_len, key_len)
@@ -176,8 +177,18 @@ def _masked_cases(generator: np.random.Generator):
         ((2, 2), 5, 5, 4, "causal", np.float32),
         ((1, 1), 3, 4, 8, "empty row", np.float32),
         ((1, 1), 3, 4, 8, "empty row", np.float16),
+        ((1, 1), 2, 4, 4, "very low scores", np.float32),
     ]:
         q, k, v = (generator.standard_normal((*lead, length, d)) for length in (n, m, m))
+        if kind == "very low scores":  # real scores near -32768 beside blocked ones (exact in float32)
+            q = np.full((*lead, n, d), 256.0)
+            k = np.full((*lead, m, d), -64.0)
+            k[..., :, 0] += np.arange(m) / 256  # scores -32768 + j / 2 for key j
+            mask = np.ones((1, 1, n, m), dtype=bool)
+            mask[..., 3] = False
+            mask[..., 1, 0] = False
+            cases.append((q.astype(dtype), k.astype(dtype), v.astype(dtype), mask, kind))
+            continue
         if kind == "padding":
             lengths = np.array([m, 2])
             mask = (np.arange(m)[None, :] < lengths[:, None])[:, None, None, :]
@@ -189,6 +200,11 @@ def _masked_cases(generator: np.random.Generator):
             mask[..., 2, 0] = False
         cases.append((q.astype(dtype), k.astype(dtype), v.astype(dtype), mask, kind))
     return cases
+
+
+FIXED_FILL = ("the text says: blocked keys get weight 0; a fixed fill such as -1e4 lies above real scores as low as "
+              "these (about -32768), so the blocked keys took the weight: fill with the dtype's most negative finite "
+              "value")
 
 
 def _masked_variants(q, k, v, mask) -> dict:
@@ -206,6 +222,7 @@ def _masked_variants(q, k, v, mask) -> dict:
         INVERTED: pair(reference.softmax(np.where(mask, lowest, scores))),
         "the text says: blocked keys get weight 0 and each row of weights sums to 1; the mask was applied after "
         "the softmax, so rows no longer sum to 1: block the scores before the softmax": pair(after),
+        **({FIXED_FILL: pair(reference.softmax(np.where(mask, scores, -1e4)))} if scores.max() < -1e4 else {}),
         "the text says: blocked keys get weight 0; their scores were set to 0, which still gets weight exp(0) = 1: "
         "fill them with a very negative number": pair(reference.softmax(np.where(mask, scores, 0.0))),
         "the text says: scaled dot-product attention; the scale is missing: divide the scores by sqrt(d_k) "
@@ -340,10 +357,11 @@ def check_transformer_masks(transformer_masks) -> None:
         })
         for mask, role in ((encoder, "encoder"), (decoder_self, "decoder self-attention"), (cross, "cross-attention")):
             _expect_bool(mask, f"the {role} mask of {what}")
+        expect_answer_type(answer, "tuple", f"the result of {what} (a tuple of three boolean masks)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: find-the-bug, graded answers, a variant in torch.nn's convention, a stretch
+# Find-the-bug, graded answers, a variant in torch.nn's convention, a stretch
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -376,6 +394,8 @@ def check_masking_answers(masking_answers) -> None:
                                              "so it gets a quarter of the weight": 0.0}),
     ]:
         expect_number(answer[key], expected, key, mistakes)
+        if key != "weight_on_zero_filled_key":
+            expect_answer_type(answer[key], "float", f"{key} (a Python float)")
 
 
 @exercise(CHAPTER, "torch_style_masks", "a Transformer's masks in torch.nn.Transformer's convention (True = blocked)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import CheckFailed, call, exercise, expect_close, rng, to_numpy
-from companion.checks.tracks import expect_differentiable, expect_type
+from companion.checks.tracks import expect_answer_type, expect_differentiable, expect_type
 from companion.reference.positional import sinusoidal_positional_encoding
 
 CHAPTER = "05_positional_encoding"
@@ -68,13 +68,15 @@ def _table_mistakes(max_len: int, d_model: int) -> dict[str, np.ndarray]:
 @exercise(CHAPTER, "positional_encoding", "the sinusoidal table (max_len, d_model): sin in column 2i, cos in 2i + 1")
 def check_positional_encoding(positional_encoding) -> None:
     for max_len, d_model in [(10, 4), (50, 16), (7, 6), (40, 64)]:
-        answer = to_numpy(call(positional_encoding, max_len, d_model))
+        result = call(positional_encoding, max_len, d_model)
         expect_close(
-            answer,
+            to_numpy(result),
             sinusoidal_positional_encoding(max_len, d_model),
             f"positional_encoding({max_len}, {d_model})",
             mistakes=_table_mistakes(max_len, d_model),
         )
+        expect_type(result, "numpy", f"the result of positional_encoding({max_len}, {d_model}) (the text says: a "
+                                     "NumPy array)", "float")
 
 
 @exercise(CHAPTER, "shift_encoding", "move encodings by k positions: rotate each (sin, cos) pair by omega_i * k")
@@ -174,7 +176,7 @@ def check_encoder_input_keras(encoder_input_keras) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: warm-up, find-the-bug, stretch and graded prediction
+# Warm-up, find-the-bug, stretch and graded prediction
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -300,7 +302,9 @@ def check_learned_table_outcome(learned_table_outcome) -> None:
             expected, sentence = "untrained", "the lookup works, but some rows never received a gradient"
         else:
             expected, sentence = "trained", "every position used has a trained row"
-        if not isinstance(answer, str) or answer not in ("trained", "untrained", "error"):
+        expect_answer_type(answer, "str", f"learned_table_outcome({seq_len}, {trained_len}, {rows}) (one of the "
+                                          "strings 'trained', 'untrained', 'error')")
+        if answer not in ("trained", "untrained", "error"):
             raise CheckFailed(f"the text says: return one of the strings 'trained', 'untrained', 'error'; "
                               f"learned_table_outcome({seq_len}, {trained_len}, {rows}) returned {answer!r}")
         if answer != expected:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from companion.checks import CheckFailed, _short, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import LAYER_NORM_SHORTCUTS, expect_type, keras_gradients, torch_gradients
+from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks.tracks import (
+    LAYER_NORM_SHORTCUTS,
+    expect_answer_type,
+    expect_type,
+    keras_gradients,
+    torch_gradients,
+)
 from companion.reference.addnorm import layer_norm as reference_layer_norm
 
 CHAPTER = "06_add_and_norm"
@@ -190,9 +196,7 @@ def _encoder_layer_count(d_model: int, num_heads: int, d_ff: int) -> int:
 def check_encoder_layer_parameters(encoder_layer_parameters) -> None:
     for d_model, d_ff, num_heads in [(512, 2048, 8), (64, 256, 4), (32, 100, 2), (48, 96, 16), (8, 8, 1)]:
         answer = call(encoder_layer_parameters, d_model, d_ff, num_heads)
-        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"the text says: return the count as a whole number (an int); got "
-                              f"{type(answer).__name__} {_short(answer)}")
+        expect_answer_type(answer, "int", f"encoder_layer_parameters({d_model}, {d_ff}, {num_heads}) (as an int)")
         d, h, f = d_model, num_heads, d_ff
         attention, ffn, norms = 4 * d * d + 4 * d, 2 * d * f + f + d, 4 * d
         expect_equal(
@@ -227,7 +231,7 @@ def check_encoder_layer_parameters(encoder_layer_parameters) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: warm-up, find-the-bug, stretch and graded prediction
+# Warm-up, find-the-bug, stretch and graded prediction
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -361,9 +365,7 @@ def check_layer_norm_input_grad(layer_norm_input_grad) -> None:
 def check_dropout_hit_fraction(dropout_hit_fraction) -> None:
     for rate, layers in [(0.1, 6), (0.5, 1), (0.1, 1), (0.3, 12), (0.0, 6), (0.2, 3)]:
         answer = call(dropout_hit_fraction, rate, layers)
-        if isinstance(answer, bool) or not isinstance(answer, float | int | np.floating):
-            raise CheckFailed(f"the text says: return the fraction as a float; dropout_hit_fraction returned "
-                              f"{type(answer).__name__} {_short(answer)}, not a number")
+        expect_answer_type(answer, "float", f"dropout_hit_fraction(rate={rate}, layers={layers}) (as a float)")
         expected = 1 - (1 - rate) ** layers
         expect_close(
             np.float64(answer),

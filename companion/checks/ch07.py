@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import CheckFailed, _short, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import LOSS_SHORTCUTS, expect_type, keras_gradients, torch_gradients
+from companion.checks.tracks import LOSS_SHORTCUTS, expect_answer_type, expect_type, keras_gradients, torch_gradients
 from companion.training import transformer_parameter_count, warmup_learning_rate
 
 CHAPTER = "07_full_model"
@@ -52,9 +52,7 @@ def check_count_parameters(count_parameters) -> None:
         expected = transformer_parameter_count(*config)
         assert expected == _count(*config)
         answer = call(count_parameters, *config)
-        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"the text says: return the number as an int; count_parameters{config} should return "
-                              f"an integer; got {type(answer).__name__} {_short(answer)}")
+        expect_answer_type(answer, "int", f"count_parameters{config} (as an int)")
         answer = int(answer)
         expect_equal(
             answer,
@@ -223,9 +221,9 @@ def _check_loss(loss_fn, convert, name: str, track: str = "numpy") -> None:
         result = call(loss_fn, *convert(logits, labels), smoothing, pad_id)
         expect_type(result, track, f"the loss of {name}", "float")
         answer = to_numpy(result)
-        if answer.size != 1:
-            raise CheckFailed(f"the text says: return a scalar tensor; {name} returned shape {answer.shape}, not one "
-                              "number")
+        if answer.shape != ():
+            raise CheckFailed(f"the text says: return a scalar tensor; {name} returned shape {answer.shape}, not a "
+                              "scalar (shape ())")
         expect_close(
             answer.reshape(()),
             np.asarray(expected),
@@ -312,13 +310,13 @@ def decoding_scripts(seed: int) -> list[tuple[np.ndarray, int]]:
     return cases
 
 
-def greedy_reference(script: np.ndarray, max_len: int) -> np.ndarray:
-    """What batched greedy decoding must return for a scripted model."""
+def greedy_reference(script: np.ndarray, max_len: int, pad_id: int = PAD_ID) -> np.ndarray:
+    """What batched greedy decoding must return for a scripted model whose padding id is ``pad_id``."""
     batch, steps = script.shape
-    out = np.full((batch, 0), PAD_ID, dtype=np.int64)
+    out = np.full((batch, 0), pad_id, dtype=np.int64)
     finished = np.zeros(batch, dtype=bool)
     for t in range(max_len):
-        token = np.where(finished, PAD_ID, script[:, min(t, steps - 1)])
+        token = np.where(finished, pad_id, script[:, min(t, steps - 1)])
         out = np.concatenate([out, token[:, None]], axis=1)
         finished |= token == EOS_ID
         if finished.all():
@@ -326,11 +324,11 @@ def greedy_reference(script: np.ndarray, max_len: int) -> np.ndarray:
     return out
 
 
-def _greedy_mistakes(script: np.ndarray, max_len: int) -> dict[str, np.ndarray]:
+def _greedy_mistakes(script: np.ndarray, max_len: int, pad_id: int = PAD_ID) -> dict[str, np.ndarray]:
     batch, steps = script.shape
-    right = greedy_reference(script, max_len)
+    right = greedy_reference(script, max_len, pad_id)
     column = script[:, : right.shape[1]] if right.shape[1] <= steps else None
-    full = np.full((batch, max_len), PAD_ID, dtype=np.int64)
+    full = np.full((batch, max_len), pad_id, dtype=np.int64)
     full[:, : right.shape[1]] = right
     first_done = int(np.argmax((right == EOS_ID).any(axis=0))) + 1 if (right == EOS_ID).any() else right.shape[1]
     mistakes = {
@@ -345,17 +343,22 @@ def _greedy_mistakes(script: np.ndarray, max_len: int) -> dict[str, np.ndarray]:
     if column is not None:
         mistakes["the text says: a sentence that has produced eos_id gets model.pad_id from then on; in yours a "
                  "finished sentence kept generating"] = column
+    if pad_id != 0:
+        mistakes[f"the text says: a finished sentence gets model.pad_id, which is {pad_id} for this model; yours "
+                 "filled with 0"] = greedy_reference(script, max_len, 0)
     return mistakes
 
 
-def _torch_scripted_model(script: np.ndarray, vocab: int = 24):
+def _torch_scripted_model(script: np.ndarray, vocab: int = 24, pad_id: int = PAD_ID):
     import torch
     from torch import nn
+
+    padding = pad_id
 
     class ScriptedModel(nn.Module):
         """Predicts ``script[:, t]`` at decoder position t, whatever it is fed. Counts its decode calls."""
 
-        pad_id, max_len = PAD_ID, 64
+        pad_id, max_len = padding, 64
 
         def __init__(self):
             super().__init__()
@@ -366,7 +369,7 @@ def _torch_scripted_model(script: np.ndarray, vocab: int = 24):
 
         def encode(self, src_ids):
             self.encodes += 1
-            return src_ids.float()[..., None] * self.scale, (src_ids != PAD_ID)[:, None, None, :]
+            return src_ids.float()[..., None] * self.scale, (src_ids != self.pad_id)[:, None, None, :]
 
         def decode(self, tgt_ids, memory, src_mask):
             self.calls += 1
@@ -385,13 +388,15 @@ def _torch_scripted_model(script: np.ndarray, vocab: int = 24):
     return ScriptedModel()
 
 
-def _keras_scripted_model(script: np.ndarray, vocab: int = 24):
+def _keras_scripted_model(script: np.ndarray, vocab: int = 24, pad_id: int = PAD_ID):
     from keras import ops
+
+    padding = pad_id
 
     class ScriptedModel:
         """Predicts ``script[:, t]`` at decoder position t, whatever it is fed. Counts its decode calls."""
 
-        pad_id, max_len = PAD_ID, 64
+        pad_id, max_len = padding, 64
 
         def __init__(self):
             self.calls = 0
@@ -400,7 +405,7 @@ def _keras_scripted_model(script: np.ndarray, vocab: int = 24):
         def encode(self, src_ids):
             self.encodes += 1
             src = ops.convert_to_tensor(src_ids)
-            return ops.cast(src, "float32")[..., None], ops.not_equal(src, PAD_ID)[:, None, None, :]
+            return ops.cast(src, "float32")[..., None], ops.not_equal(src, self.pad_id)[:, None, None, :]
 
         def decode(self, tgt_ids, memory, src_mask):
             self.calls += 1
@@ -427,12 +432,13 @@ def _check_greedy(decode_fn, make_model, to_ids, name: str) -> None:
         raise CheckFailed(f"the text says: append the most likely token of the LAST position; {name} read the next "
                           "token at the first position; read it at the last position, logits[:, -1]")
     for case, (script, max_len) in enumerate(decoding_scripts(6)):
-        model = make_model(script)
+        pad_id = PAD_ID if case % 2 == 0 else 1  # the model's padding id is not always 0
+        model = make_model(script, pad_id=pad_id)
         src = to_ids(np.full((script.shape[0], 5), 7, dtype=np.int64))
-        expected = greedy_reference(script, max_len)
+        expected = greedy_reference(script, max_len, pad_id)
         answer = to_numpy(call(decode_fn, model, src, BOS_ID, EOS_ID, max_len))
-        what = f"{name}(case {case + 1}: batch {script.shape[0]}, max_len={max_len})"
-        expect_close(answer, expected, what, mistakes=_greedy_mistakes(script, max_len), atol=0)
+        what = f"{name}(case {case + 1}: batch {script.shape[0]}, max_len={max_len}, model.pad_id={pad_id})"
+        expect_close(answer, expected, what, mistakes=_greedy_mistakes(script, max_len, pad_id), atol=0)
         if model.encodes != 1:
             raise CheckFailed(
                 f"the text says: encode the source once; {what} called model.encode {model.encodes} times: encode "
@@ -465,7 +471,7 @@ def check_greedy_decode_keras(greedy_decode_keras) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: find-the-bug (a loss that counts PAD), graded prediction, stretch
+# Find-the-bug (a loss that counts PAD), graded prediction, stretch
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -545,9 +551,7 @@ def check_decode_calls(decode_calls) -> None:
              ([2, None, None], 3), ([5], 1)]
     for eos_steps, max_len in cases:
         answer = call(decode_calls, list(eos_steps), max_len)
-        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"the text says: return the number as an int; decode_calls should return an int, got "
-                              f"{type(answer).__name__} {_short(answer)}")
+        expect_answer_type(answer, "int", f"decode_calls(eos_steps={eos_steps}, max_len={max_len}) (as an int)")
         known = [s for s in eos_steps if s is not None]
         never = len(known) < len(eos_steps)
         expected = max_len if never else min(max(known), max_len)
@@ -580,6 +584,9 @@ def check_best_hypothesis(best_hypothesis) -> None:
     ]
     cases = [(h, a) for h in designed for a in (0.0, 0.6)]
     cases.append(([[-1.0], [-0.5, -0.5, -0.6, -0.55]], 2.0))  # length counts the tokens, not <s>
+    cases.append(([[-1.0], [-0.5, -0.5, -0.37]], 1.0))  # the order flips when </s> is left out of the length
+    cases.append(([[-2.0], [-0.5, -0.5], [-1.0]], 0.0))  # a tie: the first one wins
+    cases.append(([[-0.3, -0.4], [-0.9], [-0.3, -0.4]], 0.6))
     for _ in range(6):
         count = int(generator.integers(2, 6))
         hypotheses = [(-generator.exponential(0.4, size=int(generator.integers(1, 12)))).round(4).tolist()
@@ -587,15 +594,18 @@ def check_best_hypothesis(best_hypothesis) -> None:
         cases.append((hypotheses, float(generator.choice([0.0, 0.6, 1.0, 2.0]))))
     for hypotheses, alpha in cases:
         answer = call(best_hypothesis, [list(h) for h in hypotheses], alpha)
-        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"the text says: return the int index of the best one; best_hypothesis should return "
-                              f"an int index, got {type(answer).__name__} {_short(answer)}")
+        expect_answer_type(answer, "int", "best_hypothesis(...) (the int index of the best one)")
 
         def best(score, hypotheses=hypotheses):
             return int(np.argmax([score(h) for h in hypotheses]))
 
         expected = best(lambda h, a=alpha: sum(h) / ((5.0 + len(h)) / 6.0) ** a)
+        scores = [sum(h) / ((5.0 + len(h)) / 6.0) ** alpha for h in hypotheses]
         wrong = {
+            "the text says: the first one on a tie; yours returned a later hypothesis with the same score": max(
+                i for i, score in enumerate(scores) if score == scores[expected]),
+            "the text says: length counts the hypothesis's log-probabilities, </s> included; yours left </s> out "
+            "of the length": best(lambda h, a=alpha: sum(h) / ((4.0 + len(h)) / 6.0) ** a),
             "the text says: length is the number of the hypothesis's log-probabilities; yours counted <s> in the "
             "length": best(lambda h, a=alpha: sum(h) / ((6.0 + len(h)) / 6.0) ** a),
             "the text says: divide the sum by the length penalty ((5 + length) / 6) ** alpha; your score was not "

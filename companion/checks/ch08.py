@@ -9,8 +9,8 @@ import numpy as np
 
 from companion.bpe import merge_pair
 from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import expect_differentiable, expect_type
-from companion.sampling import softmax, top_p_mask
+from companion.checks.tracks import expect_answer_type, expect_differentiable, expect_type
+from companion.sampling import softmax
 
 CHAPTER = "08_gpt"
 
@@ -53,8 +53,15 @@ def _merge_drop_last(tokens, pair, new):  # the loop stops one token early and f
     return out
 
 
+def _merge_as_text(tokens, pair, new):  # merges the digits of the ids, written out with spaces
+    text = " ".join(str(t) for t in tokens).replace(f"{pair[0]} {pair[1]}", str(new))
+    return [int(t) for t in text.split()]
+
+
 def _merge_cases():
     yield [5, 5, 5], (5, 5), 9  # overlapping occurrences
+    yield [11, 2, 1, 2, 3], (1, 2), 7  # ids of several digits: "11 2" is not the pair (1, 2)
+    yield [12, 21, 2, 1, 21], (1, 2), 30
     yield [1, 2, 3, 1, 2], (1, 2), 7
     yield [1, 2, 1, 1, 1, 1, 2], (1, 1), 8
     yield [4], (4, 4), 6
@@ -71,10 +78,11 @@ def _merge_cases():
 def check_bpe_merge(bpe_merge) -> None:
     for tokens, pair, new in _merge_cases():
         answer = call(bpe_merge, list(tokens), tuple(pair), new)
+        what = f"bpe_merge({tokens}, {pair}, {new})"
         expect_equal(
             answer,
             merge_pair(tokens, pair, new),
-            f"bpe_merge({tokens}, {pair}, {new})",
+            what,
             mistakes={
                 "the text says: every occurrence is replaced; in yours only the first occurrence was merged": (
                     _merge_first_only(tokens, pair, new)
@@ -85,8 +93,11 @@ def check_bpe_merge(bpe_merge) -> None:
                 "(a, a) is merged first: [new, a])": _merge_right_to_left(tokens, pair, new),
                 "the text says: return the list with every occurrence replaced; in yours the last token went "
                 "missing (keep the token that had no partner)": _merge_drop_last(tokens, pair, new),
+                "the text says: tokens is a list of token ids; yours merged their digits as text (in '11 2' the "
+                "text '1 2' is not the pair (1, 2)): compare ids, not characters": _merge_as_text(tokens, pair, new),
             },
         )
+        expect_answer_type(answer, "list", f"the result of {what} (a list)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -116,6 +127,7 @@ def _best_pair_cases():
     yield {(7, 7, 7, 7): 1, (5, 6): 2}  # a pair counts every time it occurs in a word, overlaps included
     yield {(2, 3): 2, (1, 5): 2}  # a tie: the smallest pair wins
     yield {(4, 1, 4, 1): 3, (0, 9): 3, (1, 4): 3}
+    yield {(5,): 3, (7,): 1}  # no word has two tokens
     generator = rng(81)
     for _ in range(15):
         words = {}
@@ -128,11 +140,21 @@ def _best_pair_cases():
 @exercise(CHAPTER, "best_pair", "the most frequent adjacent pair, word counts included, ties to the smallest pair")
 def check_best_pair(best_pair) -> None:
     for word_counts in _best_pair_cases():
+        what = f"best_pair({word_counts})"
+        if not _pair_counts(word_counts):
+            try:
+                answer = call(best_pair, dict(word_counts))
+            except CheckFailed as failure:
+                raise CheckFailed(f"the text says: return None when no word has two tokens; {failure}") from None
+            if answer is not None:
+                raise CheckFailed(f"the text says: return None when no word has two tokens; {what} returned "
+                                  f"{answer!r}")
+            continue
         answer = call(best_pair, dict(word_counts))
         expect_equal(
             answer,
             _best(_pair_counts(word_counts)),
-            f"best_pair({word_counts})",
+            what,
             mistakes={
                 "the text says: a pair counts ... times the word's count; in yours every word was counted once": (
                     _best(_pair_counts(word_counts, weighted=False))
@@ -143,6 +165,7 @@ def check_best_pair(best_pair) -> None:
                 "tuples); yours picked another pair on a tie": _best(_pair_counts(word_counts), largest_on_tie=True),
             },
         )
+        expect_answer_type(answer, "tuple", f"the pair returned by {what} (a tuple (a, b))")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -193,6 +216,15 @@ def _renormalise(probs, keep):
     return kept / kept.sum(axis=-1, keepdims=True)
 
 
+def _nucleus_keep(probs, p):
+    """The nucleus of each row, from the probabilities themselves (exact when they are sums of powers of 2)."""
+    order = np.argsort(-probs, axis=-1, kind="stable")
+    sorted_probs = np.take_along_axis(probs, order, axis=-1)
+    keep = np.zeros_like(probs, dtype=bool)
+    np.put_along_axis(keep, order, np.cumsum(sorted_probs, axis=-1) - sorted_probs < p, axis=-1)
+    return keep
+
+
 def _nucleus_mistakes(probs, p):
     order = np.argsort(-probs, axis=-1)
     sorted_probs = np.take_along_axis(probs, order, axis=-1)
@@ -200,8 +232,13 @@ def _nucleus_mistakes(probs, p):
     np.put_along_axis(strict, order, np.cumsum(sorted_probs, axis=-1) < p, axis=-1)
     strict[np.arange(len(probs)), order[:, 0]] = True  # keeps at least the favourite, to stay a distribution
     unsorted = (np.cumsum(probs, axis=-1) - probs) < p
-    right = top_p_mask(np.log(probs), p)
+    right = _nucleus_keep(probs, p)
+    inclusive = np.zeros_like(probs, dtype=bool)
+    np.put_along_axis(inclusive, order, np.cumsum(sorted_probs, axis=-1) - sorted_probs <= p, axis=-1)
     return {
+        "the text says: the smallest set whose probabilities add up to at least p; when the running sum reaches p "
+        "exactly, the set is complete: yours kept one more token (compare with < p, not <= p)": _renormalise(
+            probs, inclusive),
         "the text says: the smallest set whose probabilities add up to at least p, so the token that crosses p is "
         "kept; yours left it out": _renormalise(probs, strict),
         "the text says: renormalise the row to sum to 1; the kept probabilities were not renormalised": np.where(
@@ -217,7 +254,10 @@ def _nucleus_mistakes(probs, p):
 @exercise(CHAPTER, "nucleus_probs", "top-p: keep the most likely tokens until their mass reaches p, renormalise")
 def check_nucleus_probs(nucleus_probs) -> None:
     generator = rng(83)
-    cases = [(np.array([[0.5, 0.3, 0.15, 0.05]]), 0.9), (np.array([[0.1, 0.6, 0.3]]), 0.5)]
+    cases = [(np.array([[0.5, 0.3, 0.15, 0.05]]), 0.9), (np.array([[0.1, 0.6, 0.3]]), 0.5),
+             # the running sum hits p exactly (these sums are exact in floating point)
+             (np.array([[0.125, 0.5, 0.0625, 0.25, 0.0625], [0.25, 0.125, 0.5, 0.0625, 0.0625]]), 0.75),
+             (np.array([[0.5, 0.25, 0.125, 0.0625, 0.0625]]), 0.875)]
     for vocab, p in [(6, 0.9), (10, 0.5), (20, 0.8), (8, 0.95), (5, 0.3)]:
         logits = generator.standard_normal((3, vocab)) * 2
         cases.append((softmax(logits), p))
@@ -225,7 +265,7 @@ def check_nucleus_probs(nucleus_probs) -> None:
         answer = call(nucleus_probs, probs.copy(), p)
         expect_close(
             answer,
-            _renormalise(probs, top_p_mask(np.log(probs), p)),
+            _renormalise(probs, _nucleus_keep(probs, p)),
             f"nucleus_probs({np.round(probs, 3).tolist()}, p={p})",
             mistakes=_nucleus_mistakes(probs, p),
             atol=1e-6,
@@ -337,7 +377,8 @@ def check_perplexity(perplexity) -> None:
         logits = generator.standard_normal((batch, seq_len, vocab)) * 2
         targets = generator.integers(0, vocab, size=(batch, seq_len))
         nll = _token_nll(logits, targets)
-        answer = to_numpy(call(perplexity, logits.copy(), targets.copy()))
+        result = call(perplexity, logits.copy(), targets.copy())
+        answer = to_numpy(result)
         expect_close(
             answer.reshape(()) if answer.size == 1 else answer,
             np.exp(nll.mean()),
@@ -356,10 +397,11 @@ def check_perplexity(perplexity) -> None:
             },
             rtol=1e-4,
         )
+        expect_answer_type(result, "float", f"perplexity(logits of shape {logits.shape}, ...) (as a float)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 13: find-the-bug (causal softmax in float16 / a mask that hides the diagonal), stretch, graded prediction
+# Find-the-bug (causal softmax in float16 / a mask that hides the diagonal), stretch, graded prediction
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -478,14 +520,12 @@ def check_top_k_probs(top_k_probs) -> None:
 
 @exercise(CHAPTER, "kv_cache_bytes", "predict: the bytes of a key/value cache (2 * layers * d_model * tokens * ...)")
 def check_kv_cache_bytes(kv_cache_bytes) -> None:
-    from companion.checks import _short
 
     for layers, d_model, seq_len, size, batch in [(12, 768, 1024, 4, 8), (24, 2048, 4096, 2, 1), (2, 64, 10, 2, 3),
                                                   (1, 8, 1, 4, 1), (32, 4096, 8192, 2, 16)]:
         answer = call(kv_cache_bytes, layers, d_model, seq_len, size, batch)
-        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"the text says: return, as an int, the number of bytes; kv_cache_bytes should return "
-                              f"an int, got {type(answer).__name__} {_short(answer)}")
+        expect_answer_type(answer, "int",
+                           f"kv_cache_bytes({layers}, {d_model}, {seq_len}, {size}, {batch}) (as an int)")
         numbers = layers * d_model * seq_len * batch
         expect_equal(
             int(answer),

@@ -80,11 +80,20 @@ def _expect_type(result: Any, track: str, what: str, dtype: str | None) -> None:
         ok = isinstance(result, np.ndarray)
         expected = "a NumPy array"
     if not ok:
-        raise CheckFailed(f"{what} should be {expected}; got {type(result).__name__}")
+        raise CheckFailed(f"{what} should be {expected}; got {type(result).__name__}. Likely: {_LEFT_TRACK[track]}")
     if dtype is not None:
         kind = to_numpy(result).dtype.kind
         if {"float": "f", "int": "iu", "bool": "b"}[dtype].find(kind) < 0:
-            raise CheckFailed(f"{what} should have a {dtype} dtype; got {to_numpy(result).dtype}")
+            raise CheckFailed(f"{what} should have a {dtype} dtype; got {to_numpy(result).dtype}. Likely: the result "
+                              f"took the dtype of another value (an integer constant, an input); make it {dtype}")
+
+
+#: Why a result is not of its track's type, for the messages of :func:`expect_type`.
+_LEFT_TRACK = {
+    "torch": "a step left torch (a NumPy round trip, .numpy(), .tolist()): keep every step in torch",
+    "keras": "a step left keras.ops (a NumPy round trip, ops.convert_to_numpy): keep every step in keras.ops",
+    "numpy": "the result was left as another kind of value (a list, a tensor): return a NumPy array",
+}
 
 
 def expect_answer_dict(answer: Any, keys: Sequence[str], what: str) -> dict:
@@ -93,6 +102,38 @@ def expect_answer_dict(answer: Any, keys: Sequence[str], what: str) -> dict:
         got = sorted(map(str, answer)) if isinstance(answer, dict) else type(answer).__name__
         raise CheckFailed(f"the text says: {what} should return a dict with the keys {', '.join(keys)}; got {got}")
     return answer
+
+
+#: The exercises' rule for answers whose type the text names (stated in the conventions of chapter 1's exercises).
+ANSWER_TYPE_RULE = ("the rule of every chapter's exercises, stated in chapter 1: an answer has the type the text "
+                    "names; 12.0 is not an int, 12 is not a float, a list is not a tuple, and a NumPy scalar counts "
+                    "as the Python number of its kind")
+_ANSWER_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int, np.integer),
+    "float": (float, np.floating),
+    "tuple": (tuple,),
+    "list": (list,),
+    "dict": (dict,),
+    "str": (str,),
+}
+
+
+def expect_answer_type(value: Any, kind: str, what: str) -> None:
+    """The one check of an answer whose type the text names: ``kind`` is ``"int"``, ``"float"``, ``"tuple"``,
+    ``"list"``, ``"dict"`` or ``"str"``.
+
+    A bool is never a number; a NumPy integer counts as an int and a NumPy float as a float (see
+    :data:`ANSWER_TYPE_RULE`). Unlike :func:`expect_type`, the failure is raised at once: the value checks that
+    follow may rely on the type.
+    """
+    if kind not in _ANSWER_TYPES:
+        raise ValueError(f"kind must be one of {', '.join(_ANSWER_TYPES)}; got {kind!r}")
+    if isinstance(value, bool | np.bool_) or not isinstance(value, _ANSWER_TYPES[kind]):
+        from companion.checks import _short
+
+        article = "an" if kind == "int" else "a"
+        raise CheckFailed(f"the text says: {what} is {article} {kind}; got {type(value).__name__} {_short(value)}. "
+                          f"Likely: a value of a neighbouring type ({ANSWER_TYPE_RULE})")
 
 
 def expect_number(value: Any, expected: float, what: str, mistakes: dict[str, float | None] | None = None,

@@ -72,6 +72,27 @@ def mutant_table(key: str) -> list[tuple[str, Any]]:
     return [(case[0], case[1]() if factory else case[1]) for case in argvalues]
 
 
+def mistake_classes() -> dict[str, list[tuple[str, str]]]:
+    """Class of mistake -> (exercise id, mutant name) of every committed mutant of that class.
+
+    A test module names its classes in ``MISTAKE_CLASSES`` (class -> the table entries of that class, which are
+    also in its table of typical mistakes); entries of no class are left out.
+    """
+    found: dict[str, list[tuple[str, str]]] = {}
+    for key in MUTANT_MODULES:
+        mutant_table(key)  # imports the module
+        module = sys.modules[f"_synthetic_mistakes_{key}"]
+        marks = [m for m in module.test_typical_mistakes_are_named.pytestmark if m.name == "parametrize"]
+        cases = list(marks[0].args[1])
+        for kind, entries in getattr(module, "MISTAKE_CLASSES", {}).items():
+            for entry in entries:
+                index = next((i for i, case in enumerate(cases) if case is entry), None)
+                if index is None:
+                    raise ValueError(f"{MUTANT_MODULES[key]}: a mistake of class {kind!r} is not in the table")
+                found.setdefault(kind, []).append((entry[0], mutant_name(key, index)))
+    return found
+
+
 def mutant_name(key: str, index: int) -> str:
     """The name of typical mistake ``index`` of the table ``key`` (``mutant_ch02_04_17``)."""
     return f"mutant_{key}_{index}"
@@ -228,12 +249,23 @@ def build_class(dest: str | Path, students: int = 40, chapters: list[str] | None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m companion.grade.synthetic", description=__doc__.splitlines()[0])
-    parser.add_argument("dest", type=Path, help="folder to write the class into")
+    parser.add_argument("dest", type=Path, nargs="?", help="folder to write the class into")
     parser.add_argument("--students", type=int, default=40)
     parser.add_argument("--chapters", help="comma-separated chapter names (default: every chapter)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--classes", action="store_true",
+                        help="print the committed mutants per class of mistake and per exercise; write nothing")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the tables of chapters 2-4 and 7 import Keras
+    if args.classes:
+        for kind, entries in mistake_classes().items():
+            exercises = sorted({exercise_id for exercise_id, _ in entries})
+            print(f"{kind}: {len(entries)} mutants over {len(exercises)} exercises")
+            for exercise_id in exercises:
+                print(f"    {exercise_id}: {sum(e == exercise_id for e, _ in entries)}")
+        return 0
+    if args.dest is None:
+        parser.error("dest is required (unless --classes)")
     chapters = [c.strip() for c in args.chapters.split(",") if c.strip()] if args.chapters else None
     manifest = build_class(args.dest, args.students, chapters, args.seed)
     print(f"wrote {len(manifest)} students into {args.dest}")
