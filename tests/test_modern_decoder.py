@@ -198,3 +198,47 @@ def test_training_step_moves_every_weight():
     loss.backward()
     without_gradient = [name for name, p in net.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert without_gradient == []
+
+
+BACKEND_SCRIPT = """
+import json, sys
+import numpy as np
+from keras import ops
+import companion.keras as ck
+from companion import reference
+ids = np.random.default_rng(0).integers(0, 30, (2, 7))
+model = ck.ModernDecoder(30, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, d_ff=24, max_len=12, window=3,
+                         tie_weights=False)
+full = ops.convert_to_numpy(model(ids))
+expected = reference.modern_decoder_forward(ids, reference.modern_decoder_params(model), 4, 2, 3)
+logits, cache = model.forward_cached(ids[:, :3])
+steps = [ops.convert_to_numpy(logits)]
+for t in range(4, 8):
+    logits, cache = model.forward_cached(ids[:, :t], cache)
+    steps.append(ops.convert_to_numpy(logits))
+q, k = np.random.default_rng(1).normal(size=(2, 1, 2, 9, 4)).astype("float32")
+online = ops.convert_to_numpy(ck.online_softmax_attention(q, k, k, None, 4))
+plain = reference.scaled_dot_product_attention(q.astype("float64"), k, k)[0]
+print(json.dumps({"logits": float(np.abs(full - expected).max()),
+                  "cache": float(np.abs(np.concatenate(steps, 1) - full).max()),
+                  "online": float(np.abs(online - plain).max())}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_the_keras_model_runs_on_other_backends(backend):
+    """The Keras twin uses keras.ops only: the same numbers on the torch and JAX backends as on TensorFlow."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if backend == "jax":
+        pytest.importorskip("jax")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", BACKEND_SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    differences = json.loads(result.stdout.strip().splitlines()[-1])
+    assert max(differences.values()) < ATOL, differences
