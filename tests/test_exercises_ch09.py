@@ -15,11 +15,15 @@ from companion.checks import CheckFailed, exercises_for, run_check
 
 def _rms_norm(kind):
     def rms_norm(x, weight, eps):
+        dtype = x.dtype
+        if kind != "float16" and dtype == np.float16:
+            x = x.astype(np.float32)
         if kind == "centre":
             x = x - x.mean(axis=-1, keepdims=True)
         square = x.var(axis=-1, keepdims=True) if kind == "variance" else np.mean(x * x, axis=-1, keepdims=True)
         scale = np.sqrt(square) + eps if kind == "eps_outside" else np.sqrt(square + eps)
-        return x / scale * (1.0 if kind == "no_gain" else weight)
+        out = x / scale * (1.0 if kind == "no_gain" else weight)
+        return out if kind == "float32_result" else out.astype(dtype)
 
     return rms_norm
 
@@ -221,6 +225,8 @@ CH09_MISTAKES = [
     ("rms_norm", lambda: _rms_norm("variance"), "used the variance"),
     ("rms_norm", lambda: _rms_norm("eps_outside"), "after the square root"),
     ("rms_norm", lambda: _rms_norm("no_gain"), "gain is missing"),
+    ("rms_norm", lambda: _rms_norm("float16"), "overflows to infinity"),
+    ("rms_norm", lambda: _rms_norm("float32_result"), "cast the result back"),
     ("rotate_half", lambda: _rotate_half("sign"), "sign is on the wrong half"),
     ("rotate_half", lambda: _rotate_half("swap"), "minus sign is missing"),
     ("rotate_half", lambda: _rotate_half("pairs"), "neighbouring pairs"),

@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from companion.checks import CheckFailed, _short, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import converter, expect_differentiable, expect_type, tolerance
+from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, expect_differentiable, expect_type, tolerance
 from companion.reference.attention import scaled_dot_product_attention
 from companion.reference.modern import interleave_permutation, rotary_embedding_interleaved
 
 CHAPTER = "09_modern_decoder"
+RMS_NORM_SHORTCUTS = ("torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "keras.ops.rms_normalization",
+                      "keras.layers.RMSNormalization")
 
 # ---------------------------------------------------------------------------------------------------------------
 # Exercise 1: RMSNorm
@@ -24,7 +26,8 @@ def _rms(x, weight, eps, centre=False, eps_outside=False, gain=True, std=False):
     return x / scale * (weight if gain else 1.0)
 
 
-@exercise(CHAPTER, "rms_norm", "x / sqrt(mean(x**2) + eps) * weight over the last axis")
+@exercise(CHAPTER, "rms_norm", "x / sqrt(mean(x**2) + eps) * weight over the last axis, float16 included",
+          shortcuts=RMS_NORM_SHORTCUTS)
 def check_rms_norm(rms_norm) -> None:
     generator = rng(90)
     for shape, eps, offset in [((2, 5, 8), 1e-6, 0.0), ((3, 4), 0.5, 2.0), ((1, 1, 6), 1e-2, 3.0), ((4, 16), 0.1, 1.0)]:
@@ -47,6 +50,24 @@ def check_rms_norm(rms_norm) -> None:
             atol=1e-7,
         )
         expect_type(answer, "numpy", "the result of rms_norm", "float")
+    # Half precision: squares of numbers above 256 do not fit in float16 (largest 65504).
+    x = (generator.standard_normal((2, 3, 8)) * 400).astype(np.float16)
+    weight = (1 + 0.3 * generator.standard_normal(8)).astype(np.float16)
+    answer = call(rms_norm, x.copy(), weight.copy(), 1e-6)
+    what = "rms_norm(x (2, 3, 8) float16 with values in the hundreds, weight float16, eps=1e-6)"
+    with np.errstate(over="ignore", invalid="ignore"):
+        overflowed = (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float16(1e-6)) * weight)
+    expect_close(
+        to_numpy(answer).astype(np.float64),
+        _rms(x.astype(np.float64), weight.astype(np.float64), 1e-6),
+        what,
+        mistakes={"the text says: compute the mean square in float32 for float16 inputs; in float16, x * x "
+                  "overflows to infinity above 256 and every output becomes 0": overflowed.astype(np.float64)},
+        atol=1e-2, rtol=1e-2,
+    )
+    if to_numpy(answer).dtype != np.float16:
+        raise CheckFailed(f"the text says: return the dtype of x; {what} returned {to_numpy(answer).dtype}, not "
+                          "float16 (cast the result back)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -266,7 +287,8 @@ def _online(q, k, v, block_size, rescale_sum=True, rescale_acc=True):
     return acc / total
 
 
-@exercise(CHAPTER, "fixed_online_attention", "find the bug: attention block by block with a running max and sum")
+@exercise(CHAPTER, "fixed_online_attention", "find the bug: attention block by block with a running max and sum",
+          shortcuts=ATTENTION_SHORTCUTS)
 def check_fixed_online_attention(fixed_online_attention) -> None:
     generator = rng(95)
     for (batch, q_len, k_len, depth), block in [((1, 3, 8, 4), 3), ((2, 4, 9, 2), 4), ((1, 2, 5, 3), 1),
