@@ -242,3 +242,19 @@ def test_the_keras_model_runs_on_other_backends(backend):
     assert result.returncode == 0, result.stderr[-2000:]
     differences = json.loads(result.stdout.strip().splitlines()[-1])
     assert max(differences.values()) < ATOL, differences
+
+
+def test_the_block_diagram_shows_the_shapes_the_oracle_computes():
+    from matplotlib.figure import Figure
+
+    from companion.modern_diagrams import block_comparison, block_shapes
+
+    shapes = block_shapes(d_model=64, num_heads=8, num_kv_heads=2, d_ff=96, batch=3, seq_len=7)
+    assert shapes["gpt_kv"] == (3, 8, 7, 8) and shapes["modern_kv"] == (3, 2, 7, 8)
+    assert shapes["swiglu_hidden"] == (3, 7, 96) and shapes["gpt_hidden"] == (3, 7, 256)
+    fig = block_comparison(d_model=64, num_heads=8, num_kv_heads=2, d_ff=96, batch=3, seq_len=7)
+    assert isinstance(fig, Figure)
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "(batch 3, kv_heads 2, seq_len 7, d_head 8)" in texts and "hidden 96" in texts
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        block_shapes(d_model=64, num_heads=8, num_kv_heads=3)

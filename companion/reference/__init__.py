@@ -7,7 +7,7 @@ weights are passed explicitly as dicts of arrays in the ``x @ w + b`` convention
 from .addnorm import add_norm, feed_forward, layer_norm
 from .attention import scaled_dot_product_attention, softmax
 from .gpt import gpt_forward, gpt_generate, gpt_parameter_count, gpt_params
-from .grouped import grouped_query_attention, kv_cache_bytes
+from .grouped import grouped_query_attention, grouped_query_projections, kv_cache_bytes
 from .masking import causal_mask, combine_masks, padding_mask
 from .model import decoder, decoder_layer, encoder, encoder_layer, transformer, transformer_params
 from .modern import (

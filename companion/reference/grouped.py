@@ -12,7 +12,31 @@ import numpy as np
 from companion.reference.attention import scaled_dot_product_attention
 from companion.reference.modern import rotary_embedding
 
-__all__ = ["grouped_query_attention", "kv_cache_bytes"]
+__all__ = ["grouped_query_attention", "grouped_query_projections", "kv_cache_bytes"]
+
+
+def grouped_query_projections(
+    x: np.ndarray,
+    params: dict[str, np.ndarray],
+    num_heads: int,
+    num_kv_heads: int,
+    rope_base: float | None = 10000.0,
+    offset: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``x`` ``(batch, seq_len, d_model)`` -> ``q`` ``(batch, num_heads, seq_len, head_dim)`` and ``k``, ``v``
+    ``(batch, num_kv_heads, seq_len, head_dim)`` (what a cache stores), queries and keys rotated unless
+    ``rope_base`` is None. ``params`` as for :func:`grouped_query_attention`."""
+    batch, seq_len, _ = x.shape
+    head_dim = params["wq"].shape[1] // num_heads
+
+    def split(y: np.ndarray, heads: int) -> np.ndarray:
+        return y.reshape(batch, seq_len, heads, head_dim).transpose(0, 2, 1, 3)  # (batch, heads, seq_len, head_dim)
+
+    q = split(x @ params["wq"], num_heads)
+    k, v = split(x @ params["wk"], num_kv_heads), split(x @ params["wv"], num_kv_heads)
+    if rope_base is not None:
+        q, k = rotary_embedding(q, offset, rope_base), rotary_embedding(k, offset, rope_base)
+    return q, k, v
 
 
 def grouped_query_attention(
@@ -34,19 +58,11 @@ def grouped_query_attention(
         offset: position of the first row of ``x``.
     """
     batch, seq_len, _ = x.shape
-    head_dim = params["wq"].shape[1] // num_heads
-
-    def split(y: np.ndarray, heads: int) -> np.ndarray:
-        return y.reshape(batch, seq_len, heads, head_dim).transpose(0, 2, 1, 3)  # (batch, heads, seq_len, head_dim)
-
-    q, k, v = split(x @ params["wq"], num_heads), split(x @ params["wk"], num_kv_heads), split(x @ params["wv"],
-                                                                                                  num_kv_heads)
-    if rope_base is not None:
-        q, k = rotary_embedding(q, offset, rope_base), rotary_embedding(k, offset, rope_base)
+    q, k, v = grouped_query_projections(x, params, num_heads, num_kv_heads, rope_base, offset)
     group = num_heads // num_kv_heads
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # kv head h // group serves query head h
     heads, _ = scaled_dot_product_attention(q, k, v, mask)
-    return heads.transpose(0, 2, 1, 3).reshape(batch, seq_len, num_heads * head_dim) @ params["wo"]
+    return heads.transpose(0, 2, 1, 3).reshape(batch, seq_len, -1) @ params["wo"]
 
 
 def kv_cache_bytes(
