@@ -45,6 +45,7 @@ MUTANT_MODULES = {
     "ch05_06": "test_exercises_ch05_06",
     "ch07": "test_exercises_ch07",
     "ch08": "test_exercises_ch08",
+    "ch09": "test_exercises_ch09",
 }
 KINDS = ("solution", "mutant", "stubs", "mutant", "missing", "mutant", "not_utf8", "empty", "not_json", "endless",
          "not_notebook")
