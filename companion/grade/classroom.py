@@ -337,8 +337,8 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
         bar.close()
     ordered = [outcomes[s.name] for s in students]
     records = [merge.StudentRecord(o.student, names[o.student], o.report, o.note, o.submitted or {}) for o in ordered]
-    grades = merge.write_class(out, records, settings, roster, exports.hidden_exercises(settings.extra_checks),
-                               everyone, shard)
+    recorded = merge.settings_json(settings, roster, exports.hidden_exercises(settings.extra_checks))
+    grades = merge.write_class(out, records, settings, recorded, everyone, shard)
     return grades, ordered
 
 

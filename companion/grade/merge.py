@@ -80,10 +80,11 @@ def settings_from_json(data: dict[str, Any]) -> Settings:
                     late=LatePolicy.from_json(data["late"]), canvas=data["canvas"])
 
 
-def write_class(out: Path, records: list[StudentRecord], settings: Settings, roster: list[dict[str, str]] | None,
-                hidden: list[str], everyone: list[str], shard: tuple[int, int] | None
-                ) -> list[gradebook.StudentGrades]:
-    """Every class file of ``out`` from the students' records (in roster order): see the module's doc."""
+def write_class(out: Path, records: list[StudentRecord], settings: Settings, recorded: dict[str, Any],
+                everyone: list[str], shard: tuple[int, int] | None) -> list[gradebook.StudentGrades]:
+    """Every class file of ``out`` from the students' records (in roster order); ``recorded`` is
+    :func:`settings_json` of the run (roster and hidden exercises included). See the module's doc."""
+    roster, hidden = recorded["roster"], recorded["hidden"]
     out.mkdir(parents=True, exist_ok=True)
     before = classreport.read_long(out / "grades_long.csv")
     reports = [r.report for r in records]
@@ -96,7 +97,7 @@ def write_class(out: Path, records: list[StudentRecord], settings: Settings, ros
     missing = [row["student"] for row in roster if row["student"] not in everyone] if roster is not None else None
     classreport.write_report(out, grades, before, outside, missing)
     state = {"version": VERSION, "shard": list(shard) if shard else None, "roster": everyone,
-             "settings": settings_json(settings, roster, hidden),
+             "settings": recorded,
              "students": [{"student": r.student, "folder": r.folder, "note": r.note, "report": r.report is not None,
                            "submitted": r.submitted} for r in records]}
     (out / CLASS_FILE).write_text(json.dumps(state, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -152,7 +153,7 @@ def merge(shards: list[Path], out: Path) -> list[gradebook.StudentGrades]:
             report = json.loads((source / "report.json").read_text(encoding="utf-8"))
         records.append(StudentRecord(student, entry["folder"], report, entry["note"], entry["submitted"]))
     data = first["settings"]
-    return write_class(out, records, settings_from_json(data), data["roster"], data["hidden"], first["roster"], None)
+    return write_class(out, records, settings_from_json(data), data, first["roster"], None)
 
 
 def parser() -> argparse.ArgumentParser:
