@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from companion import release
 from companion.checks import exercises_for
 from companion.grade import classreport, exports, gradebook, merge
 from companion.grade.gradebook import Settings
@@ -191,3 +192,9 @@ def test_changes_list_what_a_regrade_changed(tmp_path):
         ("s1", "pad_batch", "failed", "passed", "0", "2"),
         *[("s3", e, "", "passed", "", "2" if e == "pad_batch" else "1") for e in NUMPY],
     ]
+
+
+def test_the_roster_and_submission_times_are_never_shipped_to_students(tmp_path):
+    (tmp_path / "grading.toml").write_text('[grading]\nroster = "private/roster.csv"\n[late]\n'
+                                           'submitted = "private/times.csv"\n', encoding="utf-8")
+    assert release.instructor_files(tmp_path) == {"private/roster.csv", "private/times.csv"}
