@@ -150,3 +150,19 @@ def test_merge_refuses_what_is_not_one_class(runs, tmp_path):
     for bad in ("0/2", "3/2", "a/b", "2"):
         with pytest.raises(ValueError, match="shard must be I/N"):
             merge.parse_shard(bad)
+
+
+def test_the_class_workflow_fans_out_shards_and_merges_them():
+    """Its actionlint run is tests/test_workflows.py's (every workflow); here, what it must do."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / ".github" / "workflows" / "grade-class.yml"
+    flow = yaml.safe_load(path.read_text(encoding="utf-8"))
+    jobs = flow["jobs"]
+    assert jobs["grade"]["strategy"]["matrix"]["shard"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
+    grade = next(s for s in jobs["grade"]["steps"] if "companion.grade class" in s.get("run", ""))
+    assert '--shard "$SHARD"' in grade["run"] and grade["env"]["SHARD"].startswith("${{ matrix.shard }}/")
+    merged = next(s for s in jobs["merge"]["steps"] if "companion.grade merge" in s.get("run", ""))
+    assert "shards/shard-*" in merged["run"] and jobs["merge"]["needs"] == "grade"
+    assert flow["permissions"] == {"contents": "read"}
+    assert "CLASS_TOKEN" in path.read_text(encoding="utf-8") and "extraheader" in path.read_text(encoding="utf-8")
