@@ -166,22 +166,24 @@ def grade_student(student: Path, work: Path, settings: Settings, code: str, forc
             pass  # a stamp or report cut short: grade again
     stamp_path.unlink(missing_ok=True)
     report_path.unlink(missing_ok=True)
-    report, note = None, ""
+    report, note, waited = None, "", 0.0
     if not files:
         due = ", ".join(settings.chapters) if settings.chapters else "any chapter"
         note = f"no notebook of {due} in {folder.name}/" if folder.is_dir() else "the folder cannot be read"
     else:
         whole_folder = settings.chapters is None and settings.extra_checks is not None
-        report, note = _run_grader([folder] if whole_folder else files, work, settings, chapters_flag)
+        report, note, waited = _run_grader([folder] if whole_folder else files, work, settings, chapters_flag)
     if report is not None or not files:  # a grader that failed or was stopped is tried again next time
         stamp = {"key": key, "note": note, "report": report is not None, "files": [p.name for p in files],
-                 "seconds": round(time.perf_counter() - start, 3)}
+                 "seconds": round(time.perf_counter() - start, 3), "worker_start_seconds": round(waited, 3)}
         stamp_path.write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
     return Outcome(name, report, note, False, time.perf_counter() - start, submitted)
 
 
-def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag: str | None) -> tuple[dict | None,
-                                                                                                       str]:
+def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag: str | None
+                ) -> tuple[dict | None, str, float]:
+    """The grader's report (None when it gave none), a note, and the seconds spent waiting for the slot's worker
+    to start (its imports: once per slot)."""
     command = grader_command(files, work, settings, chapters_flag)
     limit = settings.student_timeout or STARTUP_ALLOWANCE + 2 * settings.timeout * (8 * len(files) + 16)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
@@ -190,14 +192,16 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
     with log.open("wb") as output:
         output.write(("$ " + shlex.join(command) + "\n").encode())
         output.flush()
+        waiting = time.perf_counter()
         if worker is not None:
             try:
                 worker.wait_ready()
             except WorkerLost:
                 worker = _SLOTS.drop()
+        waited = time.perf_counter() - waiting
         with _LOCK:
             if _CANCELLED.is_set():
-                return None, "interrupted"
+                return None, "interrupted", waited
             process: subprocess.Popen | ForkedGrader | None = None
             if worker is not None:
                 try:  # its own session too; the same command, forked from the slot's worker
@@ -213,12 +217,12 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
             code = process.wait(limit)
         except subprocess.TimeoutExpired:
             _stop(process)
-            return None, f"grading did not finish within {limit:g} s (the grader was stopped)"
+            return None, f"grading did not finish within {limit:g} s (the grader was stopped)", waited
         finally:
             with _LOCK:
                 _RUNNING.discard(process)
         if _CANCELLED.is_set():
-            return None, "interrupted"
+            return None, "interrupted", waited
     if log.stat().st_size > _LOG_LIMIT:
         data = log.read_bytes()
         log.write_bytes(data[: _LOG_LIMIT // 2] + b"\n[... cut ...]\n" + data[-_LOG_LIMIT // 2:])
@@ -230,10 +234,10 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
         lines = [" ".join(line.split()) for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
         last = next((line for line in reversed(lines) if line), "no output")
         reason = "it wrote no report" if isinstance(error, FileNotFoundError) else f"its report is unusable: {error}"
-        return None, f"the grader failed (exit status {code}; {reason}): {last[-300:]}"
+        return None, f"the grader failed (exit status {code}; {reason}): {last[-300:]}", waited
     if code not in (0, 1):
-        return report, f"the grader ended with exit status {code}"
-    return report, ""
+        return report, f"the grader ended with exit status {code}", waited
+    return report, "", waited
 
 
 def settings_from(args: argparse.Namespace) -> tuple[Settings, str | None]:
