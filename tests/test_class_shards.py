@@ -84,6 +84,9 @@ def test_merged_shards_equal_a_single_run(runs):
         state = json.loads((root / f"shard{index}" / "class.json").read_text(encoding="utf-8"))
         assert [s["student"] for s in state["students"]] == expected and state["shard"] == [index, 2]
         assert sorted(p.name for p in (root / f"shard{index}" / "students").iterdir()) == expected
+    # A shard's canvas.csv has its own students' rows, and the roster's entries that have no folder.
+    shard_rows = [r[0] for r in csv.reader((root / "shard1" / "canvas.csv").open(encoding="utf-8"))][1:]
+    assert shard_rows == ["Ada Lovelace", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov"]
     assert len(whole) == len(KINDS)
 
 

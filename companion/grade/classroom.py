@@ -395,5 +395,6 @@ def main(argv: list[str] | None = None) -> int:
               f"  {g.summary}".rstrip())
     cached = sum(o.cached for o in outcomes)
     print(f"{len(grades)} students ({cached} unchanged since the last run) in {time.perf_counter() - start:.1f} s; "
-          f"gradebook: {args.out / 'gradebook.csv'}, feedback: {args.out / 'feedback'}")
+          f"gradebook: {args.out / 'gradebook.csv'}, feedback: {args.out / 'feedback'}, class report: "
+          f"{args.out / 'report.html'}")
     return 0

@@ -59,7 +59,10 @@ def hidden_exercises(extra_checks: Path | None) -> list[str]:
     running the file."""
     if extra_checks is None or not extra_checks.is_file():
         return []
-    tree = ast.parse(extra_checks.read_text(encoding="utf-8"))
+    try:
+        tree = ast.parse(extra_checks.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError) as error:
+        raise ValueError(f"extra checks: {extra_checks} is not a Python file: {error}") from None
     return sorted({node.name[len("check_"):] for node in tree.body
                    if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")})
 

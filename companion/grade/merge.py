@@ -91,8 +91,11 @@ def write_class(out: Path, records: list[StudentRecord], settings: Settings, rec
     cols = gradebook.columns(settings, reports)
     grades = [gradebook.student_grades(r.student, r.report, r.note, settings, cols, r.submitted) for r in records]
     gradebook.write_all(out, grades, cols)
-    exports.write_exports(out, grades, settings, roster, hidden)
     graded = {r.student for r in records}
+    # A shard's canvas.csv has the rows of its own students (and of roster entries with no folder at all).
+    canvas_roster = [row for row in roster if row["student"] in graded or row["student"] not in everyone] \
+        if roster is not None else None
+    exports.write_exports(out, grades, settings, canvas_roster, hidden)
     outside = sorted(graded - {row["student"] for row in roster}) if roster is not None else None
     missing = [row["student"] for row in roster if row["student"] not in everyone] if roster is not None else None
     classreport.write_report(out, grades, before, outside, missing)
@@ -150,7 +153,11 @@ def merge(shards: list[Path], out: Path) -> list[gradebook.StudentGrades]:
             shutil.copytree(source, target, dirs_exist_ok=True)
         report = None
         if entry["report"]:
-            report = json.loads((source / "report.json").read_text(encoding="utf-8"))
+            try:
+                report = json.loads((source / "report.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError) as error:
+                raise ValueError(f"{source / 'report.json'}: the shard's report of {student} is unusable: "
+                                 f"{error}") from None
         records.append(StudentRecord(student, entry["folder"], report, entry["note"], entry["submitted"]))
     data = first["settings"]
     return write_class(out, records, settings_from_json(data), data, first["roster"], None)
