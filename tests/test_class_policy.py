@@ -153,6 +153,9 @@ def test_the_class_report_counts_what_the_gradebook_says(tmp_path):
         "s2": _report({"pad_batch": False, "one_hot_batch": False}, message="off by one\nmore"),
         "s3": _report({"pad_batch": False, "build_vocabulary": False}, message="off by one"),
         "s4": _report({"pad_batch": False}, message="wrong dtype"),
+        "s6": {"notebooks": [{"path": f"x/{CHAPTER}.md", "chapter": CHAPTER, "exercises": [
+            {"id": e, "track": "numpy", "status": "failed", "reason": "unreadable", "message": "not UTF-8"}
+            for e in NUMPY]}]},
         "s5": None,
     }
     out = _class(tmp_path, reports, {"s5": "the grader failed (exit status 3)"})
@@ -165,18 +168,19 @@ def test_the_class_report_counts_what_the_gradebook_says(tmp_path):
     for exercise in NUMPY:
         rows = [r for r in graded if r["exercise"] == exercise]
         assert int(by_exercise[exercise]["passed"]) == sum(r["status"] == "passed" for r in rows)
-        assert int(by_exercise[exercise]["graded"]) == len(rows) == 4
+        assert int(by_exercise[exercise]["graded"]) == len(rows) == 5
     assert re.search(r"<td>off by one</td><td>2</td>", page)  # pad_batch: the first line, shared by two students
+    assert "not UTF-8" not in page  # an unreadable notebook says nothing of a misconception
     book = list(csv.DictReader((out / "gradebook.csv").open(encoding="utf-8")))
     finals, top = [float(r["final"]) for r in book], float(book[0]["max"])
     assert top == len(NUMPY) + 1  # pad_batch is worth 2
     bins = [d for d in parser.found if "count" in d]
-    assert len(bins) == classreport.BINS and sum(int(b["count"]) for b in bins) == len(finals) == 5
+    assert len(bins) == classreport.BINS and sum(int(b["count"]) for b in bins) == len(finals) == 6
     width = top / classreport.BINS
     for total in finals:
         index = min(int(total / width), classreport.BINS - 1)
         assert float(bins[index]["low"]) <= total
-    assert int(bins[-1]["count"]) == finals.count(top) == 1 and int(bins[0]["count"]) == finals.count(0.0) == 1
+    assert int(bins[-1]["count"]) == finals.count(top) == 1 and int(bins[0]["count"]) == finals.count(0.0) == 2
     ungraded = [d["student"] for d in parser.found if "student" in d]
     assert ungraded == ["s5"] and "the grader failed (exit status 3)" in page
     assert "<script" not in page and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")

@@ -17,6 +17,9 @@ from pathlib import Path
 
 from .gradebook import PASSED, StudentGrades, _cell, _points
 
+#: Failures that say nothing about the answer (a notebook that could not be read or was not handed in): counted in
+#: the pass rate, left out of the most common failure.
+_NOT_ABOUT_THE_ANSWER = {"unreadable", "missing-notebook"}
 CHANGES_HEADER = ["student", "exercise", "status_before", "status_after", "final_before", "final_after"]
 BINS = 10
 
@@ -28,7 +31,7 @@ class ExerciseSummary:
     track: str
     passed: int
     graded: int  # students graded (those who could not be graded at all are not counted)
-    common_failure: str  # the first line of the failure message the most students got ("" when none failed)
+    common_failure: str  # the first line of the failure message the most students got about their answer
     common_count: int
 
     @property
@@ -43,7 +46,9 @@ def exercise_summaries(students: list[StudentGrades]) -> list[ExerciseSummary]:
     out = []
     for chapter, exercise, track in order:
         results = [g for s in graded for g in s.grades if g.exercise == exercise and g.chapter == chapter]
-        failures = Counter((g.message.splitlines() or [g.reason])[0] for g in results if g.status != PASSED)
+        failures = Counter((g.message.splitlines() or [g.reason])[0] for g in results
+                           if g.status != PASSED and g.reason not in _NOT_ABOUT_THE_ANSWER
+                           and not g.message.startswith("no notebook for chapter"))
         common, count = min(failures.items(), key=lambda item: (-item[1], item[0])) if failures else ("", 0)
         out.append(ExerciseSummary(chapter, exercise, track, sum(g.status == PASSED for g in results), len(results),
                                    common, count))
@@ -115,7 +120,7 @@ td,th{{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:to
 {_points(max((s.max_points for s in students), default=0.0))} points.</p>
 <h2>Exercises</h2>
 <p>Pass rates count the students who could be graded. The message is the first line of the failure the most
-students got on that exercise.</p>
+students got on that exercise (a notebook that could not be read or was not handed in aside).</p>
 <table id="exercises"><tr><th>chapter</th><th>exercise</th><th>track</th><th>passed</th><th>rate</th>
 <th>most common failure</th><th>students</th></tr>
 {rows}
