@@ -121,19 +121,22 @@ def shipped(name: str) -> bool:
 
 
 def instructor_files(source: Path = ROOT) -> set[str]:
-    """Files the instructor file names (its extra checks): never shipped, wherever they are."""
+    """Files the instructor file names (its extra checks, the roster, the submission times): never shipped,
+    wherever they are."""
     path = source / "grading.toml"
     if not path.exists():
         return set()
     data = tomllib.loads(path.read_text(encoding="utf-8"))
-    extra = data.get("grading", {}).get("extra_checks")
-    if not extra:
-        return set()
-    target = (source / str(extra)).resolve()
-    try:
-        return {target.relative_to(source.resolve()).as_posix()}
-    except ValueError:  # outside the course: not shipped anyway
-        return set()
+    named = [data.get("grading", {}).get("extra_checks"), data.get("grading", {}).get("roster"),
+             data.get("late", {}).get("submitted")]
+    found = set()
+    for name in filter(None, named):
+        target = (source / str(name)).resolve()
+        try:
+            found.add(target.relative_to(source.resolve()).as_posix())
+        except ValueError:  # outside the course: not shipped anyway
+            pass
+    return found
 
 
 def _normal(text: str) -> str:

@@ -53,12 +53,13 @@ def test_every_student_gets_a_row_with_the_expected_points(graded):
     rows = {r["student"].lstrip("'"): r for r in _rows(out / "gradebook.csv")}
     assert sorted(rows) == sorted(manifest)
     header = list(_rows(out / "gradebook.csv")[0])
-    assert header == ["student", *numpy_ids, "total", "max", "note"]
+    assert header == ["student", *numpy_ids, "raw", "penalty", "final", "max", "note"]
     for student, info in manifest.items():
         earned = {e: float(rows[student][e]) for e in numpy_ids}
         expected = {e: 1.0 if info["expected"][e] else 0.0 for e in numpy_ids}
         assert earned == expected, student
-        assert float(rows[student]["total"]) == sum(expected.values())
+        assert float(rows[student]["raw"]) == float(rows[student]["final"]) == sum(expected.values())
+        assert rows[student]["penalty"] == "0"
         assert float(rows[student]["max"]) == len(numpy_ids)
     assert rows["student001-solution"]["note"] == ""
     assert "did not finish within 3 s" in rows["student003-endless"]["note"]

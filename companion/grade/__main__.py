@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "class":  # grade a whole class: companion/grade/classroom.py
         from .classroom import main as class_main
         return class_main(argv[1:])
+    if argv and argv[0] == "merge":  # combine the shards of a class: companion/grade/merge.py
+        from .merge import main as merge_main
+        return merge_main(argv[1:])
     args = parser().parse_args(argv)
     printed: dict[int, str] = {}
     next_index = [0]

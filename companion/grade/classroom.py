@@ -14,7 +14,12 @@ once and forks that command's process for each student, rather than starting it 
 - ``grades_long.csv``: one row per student and exercise, with the status, reason and message;
 - ``feedback/STUDENT.md``: the student's table, with the same messages;
 - ``junit.xml``: one testsuite per student, one testcase per exercise;
-- ``students/STUDENT/``: the grader's own JSON and JUnit reports, its log, and ``stamp.json``.
+- ``students/STUDENT/``: the grader's own JSON and JUnit reports, its log, and ``stamp.json``;
+- ``canvas.csv``, ``github_classroom.csv``, ``gradescope/STUDENT/results.json``: the LMS exports (:mod:`.exports`);
+- ``report.html`` and ``changes.csv``: the class report, and what changed since the last run (:mod:`.classreport`);
+- ``class.json``: what :mod:`.merge` needs to combine shards (``--shard I/N``) into one folder.
+
+Late penalties (``[late]`` in the instructor file, :mod:`.policy`) are applied with the points, after grading.
 
 A re-run grades again only the students whose notebooks, grading settings or grading code changed since their
 ``stamp.json`` was written (``--force`` grades everyone). Points are applied afterwards, so changing them in the
@@ -37,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import gradebook
+from . import exports, gradebook, merge, policy
 from .classworker import ForkedGrader, Slots, WorkerLost
 from .gradebook import Settings
 
@@ -45,7 +50,9 @@ NOTEBOOK_SUFFIXES = (".md", ".ipynb")
 #: Seconds allowed to a grader process beyond its steps' time limits (start-up: importing the frameworks).
 STARTUP_ALLOWANCE = 300.0
 _LOG_LIMIT = 200_000
-_OWN_FILES = {"classroom.py", "gradebook.py", "synthetic.py", "mutant_source.py"}
+#: Files that turn reports into points and class files, or build test classes: they change no student's report.
+_OWN_FILES = {"classroom.py", "gradebook.py", "synthetic.py", "mutant_source.py", "policy.py", "exports.py",
+              "classreport.py", "merge.py"}
 
 
 _RUNNING: set[subprocess.Popen | ForkedGrader] = set()  # the graders running now, stopped on Ctrl-C
@@ -61,6 +68,7 @@ class Outcome:
     note: str
     cached: bool
     seconds: float
+    submitted: dict[str, str] | None = None  # chapter -> ISO time handed in (chapters with a due date)
 
 
 def notebook_folder(student: Path, settings: Settings) -> Path:
@@ -143,36 +151,39 @@ def grade_student(student: Path, work: Path, settings: Settings, code: str, forc
     files = notebooks_to_grade(folder, settings)
     work.mkdir(parents=True, exist_ok=True)
     stamp_path, report_path = work / "stamp.json", work / "report.json"
+    submitted = policy.submission_times(name, student, files, settings.late)
     try:
         key = student_key(files, settings, code, chapters_flag)
     except OSError as error:
-        return Outcome(name, None, f"cannot read the notebooks: {error}", False, 0.0)
+        return Outcome(name, None, f"cannot read the notebooks: {error}", False, 0.0, submitted)
     if not force and stamp_path.exists():
         try:
             stamp = json.loads(stamp_path.read_text(encoding="utf-8"))
             if stamp.get("key") == key:
                 report = json.loads(report_path.read_text(encoding="utf-8")) if stamp.get("report") else None
-                return Outcome(name, report, stamp.get("note", ""), True, time.perf_counter() - start)
+                return Outcome(name, report, stamp.get("note", ""), True, time.perf_counter() - start, submitted)
         except (OSError, ValueError):
             pass  # a stamp or report cut short: grade again
     stamp_path.unlink(missing_ok=True)
     report_path.unlink(missing_ok=True)
-    report, note = None, ""
+    report, note, waited = None, "", 0.0
     if not files:
         due = ", ".join(settings.chapters) if settings.chapters else "any chapter"
         note = f"no notebook of {due} in {folder.name}/" if folder.is_dir() else "the folder cannot be read"
     else:
         whole_folder = settings.chapters is None and settings.extra_checks is not None
-        report, note = _run_grader([folder] if whole_folder else files, work, settings, chapters_flag)
+        report, note, waited = _run_grader([folder] if whole_folder else files, work, settings, chapters_flag)
     if report is not None or not files:  # a grader that failed or was stopped is tried again next time
         stamp = {"key": key, "note": note, "report": report is not None, "files": [p.name for p in files],
-                 "seconds": round(time.perf_counter() - start, 3)}
+                 "seconds": round(time.perf_counter() - start, 3), "worker_start_seconds": round(waited, 3)}
         stamp_path.write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
-    return Outcome(name, report, note, False, time.perf_counter() - start)
+    return Outcome(name, report, note, False, time.perf_counter() - start, submitted)
 
 
-def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag: str | None) -> tuple[dict | None,
-                                                                                                       str]:
+def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag: str | None
+                ) -> tuple[dict | None, str, float]:
+    """The grader's report (None when it gave none), a note, and the seconds spent waiting for the slot's worker
+    to start (its imports: once per slot)."""
     command = grader_command(files, work, settings, chapters_flag)
     limit = settings.student_timeout or STARTUP_ALLOWANCE + 2 * settings.timeout * (8 * len(files) + 16)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
@@ -181,14 +192,16 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
     with log.open("wb") as output:
         output.write(("$ " + shlex.join(command) + "\n").encode())
         output.flush()
+        waiting = time.perf_counter()
         if worker is not None:
             try:
                 worker.wait_ready()
             except WorkerLost:
                 worker = _SLOTS.drop()
+        waited = time.perf_counter() - waiting
         with _LOCK:
             if _CANCELLED.is_set():
-                return None, "interrupted"
+                return None, "interrupted", waited
             process: subprocess.Popen | ForkedGrader | None = None
             if worker is not None:
                 try:  # its own session too; the same command, forked from the slot's worker
@@ -204,12 +217,12 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
             code = process.wait(limit)
         except subprocess.TimeoutExpired:
             _stop(process)
-            return None, f"grading did not finish within {limit:g} s (the grader was stopped)"
+            return None, f"grading did not finish within {limit:g} s (the grader was stopped)", waited
         finally:
             with _LOCK:
                 _RUNNING.discard(process)
         if _CANCELLED.is_set():
-            return None, "interrupted"
+            return None, "interrupted", waited
     if log.stat().st_size > _LOG_LIMIT:
         data = log.read_bytes()
         log.write_bytes(data[: _LOG_LIMIT // 2] + b"\n[... cut ...]\n" + data[-_LOG_LIMIT // 2:])
@@ -221,10 +234,10 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
         lines = [" ".join(line.split()) for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
         last = next((line for line in reversed(lines) if line), "no output")
         reason = "it wrote no report" if isinstance(error, FileNotFoundError) else f"its report is unusable: {error}"
-        return None, f"the grader failed (exit status {code}; {reason}): {last[-300:]}"
+        return None, f"the grader failed (exit status {code}; {reason}): {last[-300:]}", waited
     if code not in (0, 1):
-        return report, f"the grader ended with exit status {code}"
-    return report, ""
+        return report, f"the grader ended with exit status {code}", waited
+    return report, "", waited
 
 
 def settings_from(args: argparse.Namespace) -> tuple[Settings, str | None]:
@@ -274,9 +287,10 @@ def students_in(submissions: Path) -> list[Path]:
 
 
 def grade_class(submissions: str | Path, out: str | Path, settings: Settings | None = None, jobs: int | None = None,
-                force: bool = False, progress: bool = True, chapters_flag: str | None = None
-                ) -> tuple[list[gradebook.StudentGrades], list[Outcome]]:
-    """Grade every student folder of ``submissions`` and write the gradebook into ``out``; see the module doc."""
+                force: bool = False, progress: bool = True, chapters_flag: str | None = None,
+                shard: tuple[int, int] | None = None) -> tuple[list[gradebook.StudentGrades], list[Outcome]]:
+    """Grade every student folder of ``submissions`` (those of ``shard`` ``(I, N)`` only, when given) and write
+    the gradebook into ``out``; see the module doc."""
     settings = settings or Settings()
     jobs = jobs or os.cpu_count() or 1
     if jobs < 1:
@@ -289,6 +303,9 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
         while candidate in names.values():
             candidate = f"{base}-{len(names)}"
         names[student.name] = candidate
+    everyone = [s.name for s in students]
+    students = [s for position, s in enumerate(students) if merge.in_shard(position, shard)]
+    roster = exports.read_roster(settings.roster) if settings.roster else None
     chapters_flag = check_grader_options(settings, chapters_flag)
     code = grading_code_hash()
     outcomes: dict[str, Outcome] = {}
@@ -323,9 +340,9 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
         _SLOTS.close()
         bar.close()
     ordered = [outcomes[s.name] for s in students]
-    cols = gradebook.columns(settings, [o.report for o in ordered])
-    grades = [gradebook.student_grades(o.student, o.report, o.note, settings, cols) for o in ordered]
-    gradebook.write_all(out, grades, cols)
+    records = [merge.StudentRecord(o.student, names[o.student], o.report, o.note, o.submitted or {}) for o in ordered]
+    recorded = merge.settings_json(settings, roster, exports.hidden_exercises(settings.extra_checks))
+    grades = merge.write_class(out, records, settings, recorded, everyone, shard)
     return grades, ordered
 
 
@@ -347,6 +364,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--extra-checks", help="the instructor's extra checks, passed to the grader")
     p.add_argument("--memory", help="memory limit per grading process, passed to the grader")
     p.add_argument("--notebooks", help="folder of the notebooks inside a student's folder (default: exercises)")
+    p.add_argument("--shard", type=merge.parse_shard_argument, metavar="I/N",
+                   help="grade only the I-th of N slices of the sorted roster (merge them with `companion.grade "
+                        "merge`)")
     p.add_argument("--force", action="store_true", help="grade every student again, even if nothing changed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -362,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--{key.replace('_', '-')} must be a positive number of seconds; got {value}")
         start = time.perf_counter()
         grades, outcomes = grade_class(args.submissions, args.out, settings, args.jobs, args.force,
-                                       not args.no_progress, chapters_flag)
+                                       not args.no_progress, chapters_flag, args.shard)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -375,5 +395,6 @@ def main(argv: list[str] | None = None) -> int:
               f"  {g.summary}".rstrip())
     cached = sum(o.cached for o in outcomes)
     print(f"{len(grades)} students ({cached} unchanged since the last run) in {time.perf_counter() - start:.1f} s; "
-          f"gradebook: {args.out / 'gradebook.csv'}, feedback: {args.out / 'feedback'}")
+          f"gradebook: {args.out / 'gradebook.csv'}, feedback: {args.out / 'feedback'}, class report: "
+          f"{args.out / 'report.html'}")
     return 0

@@ -234,9 +234,11 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the class grader, which stops what is running
     from companion.checks import registry
     from companion.grade import __main__  # noqa: F401 - what the command imports
+    from companion.grade.launcher import sandbox_status
     from companion.grade.runner import _import_quietly
 
     registry()
+    sandbox_status()  # probed once here (it is cached), not by every grader forked from this worker
     for module in ("torch", "keras"):
         _import_quietly(module)
     control.send(json.dumps({"ready": True}).encode("utf-8"))

@@ -5,7 +5,9 @@ keeps its JSON report. This module turns those reports into points:
 
 - every exercise of a due chapter is a column; it earns its points when its status is ``passed``, 0 otherwise;
 - an exercise with no result (a missing notebook, a student who could not be graded) earns 0 and says why;
-- exercises of tracks that are not graded are left out of the gradebook (and of the maximum).
+- exercises of tracks that are not graded are left out of the gradebook (and of the maximum);
+- a chapter handed in late loses a fraction of the points its exercises earned (:mod:`.policy`): each exercise
+  keeps its raw points, its penalty and its final points.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 from companion.checks import TRACKS, registry
 
+from .policy import LatePolicy, load_policy, parse_time
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -29,7 +33,8 @@ else:  # pragma: no cover - Python 3.10
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _SETTINGS_KEYS = {"chapters", "tracks", "timeout", "notebooks", "extra_checks", "memory", "student_timeout",
-                  "points_per_exercise"}
+                  "points_per_exercise", "roster"}
+_TABLES = ("grading", "points", "late", "canvas")
 
 
 @dataclass
@@ -46,6 +51,9 @@ class Settings:
     student_timeout: float | None = None
     points_per_exercise: float = 1.0
     points: dict[str, float] = field(default_factory=dict)
+    late: LatePolicy = field(default_factory=LatePolicy)
+    roster: Path | None = None  # the instructor's roster CSV, for the LMS exports (companion.grade.exports)
+    canvas: dict[str, str] = field(default_factory=dict)  # chapter -> Canvas column "Name (canvas_id)"
 
     def points_for(self, exercise_id: str) -> float:
         return self.points.get(exercise_id, self.points_per_exercise)
@@ -102,9 +110,10 @@ def load_settings(path: str | Path) -> Settings:
         raise ValueError(f"cannot read the instructor file {path}: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path} is not valid TOML: {error}") from None
-    unknown_tables = set(data) - {"grading", "points"}
+    unknown_tables = set(data) - set(_TABLES)
     if unknown_tables:
-        raise ValueError(f"{path}: unknown table(s) {', '.join(sorted(unknown_tables))}; expected [grading], [points]")
+        raise ValueError(f"{path}: unknown table(s) {', '.join(sorted(unknown_tables))}; expected some of "
+                         f"{', '.join(f'[{t}]' for t in _TABLES)}")
     grading, points = data.get("grading", {}), data.get("points", {})
     unknown = set(grading) - _SETTINGS_KEYS
     if unknown:
@@ -129,6 +138,18 @@ def load_settings(path: str | Path) -> Settings:
             if not isinstance(grading[key], str) or not grading[key]:
                 raise ValueError(f"grading.{key} must be a non-empty string; got {grading[key]!r}")
             setattr(settings, key, grading[key])
+    if "roster" in grading:
+        settings.roster = (path.parent / str(grading["roster"])).resolve()
+
+    def chapter(value: Any) -> str:
+        return resolve_chapters([str(value)], allow_unknown=settings.extra_checks is not None)[0]
+
+    settings.late = load_policy(data.get("late", {}), path.parent, chapter)
+    canvas = data.get("canvas", {})
+    for key, value in canvas.items():
+        if not isinstance(value, str) or not re.fullmatch(r".+ \(\d+\)", value):
+            raise ValueError(f"canvas.{key} must be the Canvas column \"Assignment name (canvas id)\"; got {value!r}")
+        settings.canvas[chapter(key)] = value
     known = registry()
     for key, value in points.items():
         if key not in known and settings.extra_checks is None:
@@ -152,8 +173,14 @@ class Grade:
     status: str  # passed, failed (anything but passed earns nothing)
     reason: str
     message: str
-    points: float
+    points: float  # raw: what the check earned
     max_points: float
+    late_days: int = 0
+    penalty: float = 0.0  # points taken off for lateness
+
+    @property
+    def final(self) -> float:
+        return self.points - self.penalty
 
 
 @dataclass
@@ -180,8 +207,17 @@ class StudentGrades:
         return "; ".join(parts)
 
     @property
-    def total(self) -> float:
+    def raw(self) -> float:
         return sum(g.points for g in self.grades)
+
+    @property
+    def penalty(self) -> float:
+        return sum(g.penalty for g in self.grades)
+
+    @property
+    def total(self) -> float:
+        """The final points: raw points less the late penalty."""
+        return self.raw - self.penalty
 
     @property
     def max_points(self) -> float:
@@ -207,9 +243,13 @@ def columns(settings: Settings, reports: list[dict | None]) -> list[tuple[str, s
 
 
 def student_grades(student: str, report: dict | None, note: str, settings: Settings,
-                   cols: list[tuple[str, str, str]]) -> StudentGrades:
-    """Points of one student from the grader's JSON report (None when the grader gave none)."""
+                   cols: list[tuple[str, str, str]], submitted: dict[str, str] | None = None) -> StudentGrades:
+    """Points of one student from the grader's JSON report (None when the grader gave none); ``submitted`` maps a
+    chapter to the ISO time its notebook was handed in (for the late policy)."""
     out = StudentGrades(student, note=note)
+    submitted = submitted or {}
+    late = {chapter: settings.late.late_days(student, chapter, parse_time("submitted", submitted[chapter])
+                                             if chapter in submitted else None) for chapter in settings.late.due}
     results: dict[tuple[str, str], dict] = {}
     notebooks: dict[str, dict] = {}
     for notebook in (report or {}).get("notebooks", []):
@@ -235,9 +275,11 @@ def student_grades(student: str, report: dict | None, note: str, settings: Setti
             continue
         status = str(result.get("status", FAILED))
         passed = status == PASSED
+        days = late.get(chapter, 0)
+        earned = worth if passed else 0.0
         out.grades.append(Grade(chapter, exercise, track, PASSED if passed else FAILED,
                                 str(result.get("reason", "")), str(result.get("message", "")),
-                                worth if passed else 0.0, worth))
+                                earned, worth, days, round(earned * settings.late.penalty_fraction(days), 9)))
     return out
 
 
@@ -256,29 +298,35 @@ def _cell(value: Any) -> Any:
 
 
 def _points(value: float) -> str:
-    return f"{value:g}"
+    """Points as a spreadsheet and an LMS read them: fractions kept (to 6 decimals), no exponent, no ``-0``."""
+    text = f"{round(value, 6):.6f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 def write_gradebook(path: Path, students: list[StudentGrades], cols: list[tuple[str, str, str]]) -> None:
-    """One row per student: a column of points per exercise, total, max and a note."""
+    """One row per student: a column of raw points per exercise, the raw sum, the late penalty, the final points,
+    the maximum and a note."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", *[exercise for _, exercise, _ in cols], "total", "max", "note"])
+        writer.writerow(["student", *[exercise for _, exercise, _ in cols], "raw", "penalty", "final", "max", "note"])
         for student in students:
             earned = {g.exercise: _points(g.points) for g in student.grades}
-            writer.writerow([_cell(student.student), *[earned.get(e, "0") for _, e, _ in cols],
-                             _points(student.total), _points(student.max_points), _cell(student.summary)])
+            writer.writerow([_cell(student.student), *[earned.get(e, "0") for _, e, _ in cols], _points(student.raw),
+                             _points(student.penalty), _points(student.total), _points(student.max_points),
+                             _cell(student.summary)])
 
 
 def write_long(path: Path, students: list[StudentGrades]) -> None:
     """One row per student and exercise, with the grader's message."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "chapter", "exercise", "track", "status", "points", "max", "reason", "message"])
+        writer.writerow(["student", "chapter", "exercise", "track", "status", "points", "late_days", "penalty",
+                         "final", "max", "reason", "message"])
         for student in students:
             for g in student.grades:
-                writer.writerow([_cell(student.student), g.chapter, g.exercise, g.track, g.status,
-                                 _points(g.points), _points(g.max_points), g.reason, _cell(g.message)])
+                writer.writerow([_cell(student.student), g.chapter, g.exercise, g.track, g.status, _points(g.points),
+                                 g.late_days, _points(g.penalty), _points(g.final), _points(g.max_points), g.reason,
+                                 _cell(g.message)])
 
 
 def _md(text: str) -> str:
@@ -290,6 +338,9 @@ def feedback_markdown(student: StudentGrades) -> str:
     """The student's feedback: the same messages as the long table, chapter by chapter."""
     lines = [f"# Grades of {_md(student.student)}", "",
              f"**{_points(student.total)} of {_points(student.max_points)} points.**", ""]
+    if student.penalty:
+        lines += [f"Late penalty: {_points(student.penalty)} points off the {_points(student.raw)} the checks "
+                  "gave.", ""]
     if student.summary:
         lines += [f"> {_md(student.summary)}", ""]
     chapter = None
@@ -298,7 +349,10 @@ def feedback_markdown(student: StudentGrades) -> str:
             chapter = g.chapter
             earned = sum(x.points for x in student.grades if x.chapter == chapter)
             worth = sum(x.max_points for x in student.grades if x.chapter == chapter)
-            lines += ["", f"## {chapter}: {_points(earned)} of {_points(worth)} points", "",
+            days = max(x.late_days for x in student.grades if x.chapter == chapter)
+            off = sum(x.penalty for x in student.grades if x.chapter == chapter)
+            late = f" ({days} day{'s' * (days != 1)} late: {_points(off)} off)" if days else ""
+            lines += ["", f"## {chapter}: {_points(earned - off)} of {_points(worth)} points{late}", "",
                       "| exercise | track | points | result | message |", "| --- | --- | --- | --- | --- |"]
         result = "pass" if g.status == PASSED else "FAIL"
         lines.append(f"| `{g.exercise}` | {g.track} | {_points(g.points)} / {_points(g.max_points)} | {result} | "
