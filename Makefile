@@ -16,7 +16,7 @@ help:
 	@echo "make book       build the HTML book into _build/html, executing every notebook"
 	@echo "                (again: re-executes only changed pages, or every page after a change in companion/)"
 	@echo "make book-all   rebuild every page and re-execute every notebook (after a change in companion/)"
-	@echo "make test       run every test: unit, parity, nbval over chapters and solutions"
+	@echo "make test       run every test: unit, parity, nbval over chapters and solutions (COURSE_SEED=1)"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make grade      grade your exercises/ (TRACK=torch or TRACK=keras for one framework)"
 	@echo "make notebooks  write .ipynb copies of every MyST notebook (for classic Jupyter)"
@@ -33,22 +33,26 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Sphinx re-reads only the pages that changed. A change in companion/ can change any notebook's outputs, so then
-# every page is rebuilt and every notebook re-executed.
+# Sphinx re-reads only the pages that changed. A change in companion/ can change any notebook's outputs, and so can
+# another COURSE_SEED than the last build's (the stamp holds it): then every page is rebuilt and re-executed.
 BOOK_STAMP := _build/.book-built
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --builder html --keep-going \
-	    $$(test -f $(BOOK_STAMP) && test -z "$$(find companion -name '*.py' -newer $(BOOK_STAMP))" || echo --all)
+	    $$(test -f $(BOOK_STAMP) && test "$$(cat $(BOOK_STAMP))" = "seed $${COURSE_SEED:-0}" \
+	       && test -z "$$(find companion -name '*.py' -newer $(BOOK_STAMP))" || echo --all)
 	@test -z "$$(ls -A _build/html/reports 2>/dev/null)" || (echo "cell errors: see _build/html/reports" && exit 1)
-	@touch $(BOOK_STAMP)
+	@echo "seed $${COURSE_SEED:-0}" > $(BOOK_STAMP)
 
 # MathJax comes from the PyPI package sphinx-mathjax-offline (in the [book] extra), so the book needs no CDN.
 book-all: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --builder html --keep-going --all
 	@test -z "$$(ls -A _build/html/reports 2>/dev/null)" || (echo "cell errors: see _build/html/reports" && exit 1)
 
+# The book runs every page with COURSE_SEED=0 (unset); the tests run the notebooks with COURSE_SEED=1, so a build
+# and a test run together check two seeds. `COURSE_SEED=5 make test` picks another.
+TEST_SEED ?= $(or $(COURSE_SEED),1)
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-cell-timeout=900
+	COURSE_SEED=$(TEST_SEED) $(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-cell-timeout=900
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

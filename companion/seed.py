@@ -40,11 +40,15 @@ def course_seed() -> int:
     return seed
 
 
-def seed_everything(offset: int = 0) -> int:
+def seed_everything(offset: int = 0, deterministic: bool = True) -> int:
     """Seed Python's ``random``, NumPy's global generator, and PyTorch and Keras where they are imported, with
     ``course_seed() + offset``; return that seed.
 
-    Frameworks that the page has not imported are left alone (seeding Keras would import TensorFlow).
+    Frameworks that the page has not imported are left alone (seeding Keras would import TensorFlow). With
+    ``deterministic`` (the default), PyTorch is asked for deterministic algorithms (a warning, not an error, where
+    an operation has none) and TensorFlow, when it is Keras' backend, for op determinism: the same seed on the same
+    machine then gives the same numbers run after run. Other CPUs or GPUs, other library versions and another
+    number of threads may still round differently.
     """
     if offset < 0:
         raise ValueError(f"offset must be non-negative, got {offset}")
@@ -52,9 +56,19 @@ def seed_everything(offset: int = 0) -> int:
     random.seed(seed)
     np.random.seed(seed)
     if "torch" in sys.modules:
-        sys.modules["torch"].manual_seed(seed)
+        torch = sys.modules["torch"]
+        torch.manual_seed(seed)
+        if deterministic:
+            # cuBLAS needs a fixed workspace for reproducible matrix products; read when CUDA starts.
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=True)
     if "keras" in sys.modules:
-        sys.modules["keras"].utils.set_random_seed(seed)
+        keras = sys.modules["keras"]
+        keras.utils.set_random_seed(seed)
+        if deterministic and keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            tf.config.experimental.enable_op_determinism()
     return seed
 
 

@@ -97,3 +97,13 @@ def test_the_student_release_passes_actionlint_on_its_own(tmp_path):
     assert [p.name for p in files] == ["grade.yml"]
     done = _actionlint(*files, cwd=dest)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_course_workflow_runs_on_ubuntu_and_apple_silicon_macos():
+    test = _load("course.yml")["jobs"]["test"]
+    entries = test["strategy"]["matrix"]["include"]
+    assert {entry["os"] for entry in entries} == {"ubuntu-latest", "macos-14"}
+    assert test["runs-on"] == "${{ matrix.os }}" and test["container"] == "${{ matrix.container }}"
+    assert not any(entry.get("container") for entry in entries if entry["os"].startswith("macos"))  # no Docker there
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "command -v apt-get" in ci and "COURSE_CHROMIUM" in ci   # apt only where it exists; Chromium on macOS

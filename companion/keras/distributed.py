@@ -123,8 +123,10 @@ def max_parameter_difference(a: keras.Model, b: keras.Model) -> float:
 
 
 def tiny_language_model(vocab_size: int = 40, seq_len: int = 8) -> keras.Model:
-    """A small seeded model for the demonstration: embedding, self-attention, output layer."""
-    keras.utils.set_random_seed(0)
+    """A small model for the demonstration, seeded with ``COURSE_SEED``: embedding, self-attention, output layer."""
+    from companion.seed import course_seed
+
+    keras.utils.set_random_seed(course_seed())
     ids = keras.Input((seq_len,), dtype="int32")
     x = keras.layers.Embedding(vocab_size, 16)(ids)
     x = x + keras.layers.MultiHeadAttention(2, 8)(x, x)
@@ -133,12 +135,16 @@ def tiny_language_model(vocab_size: int = 40, seq_len: int = 8) -> keras.Model:
 
 def main() -> None:
     """Train :func:`tiny_language_model` on one device and on two mirrored ones; print both as JSON."""
+    from companion.seed import course_seed
+
     devices = split_cpu(2)
-    ids = np.random.default_rng(0).integers(0, 40, size=(48, 9))
+    seed = course_seed()
+    ids = np.random.default_rng(seed).integers(0, 40, size=(48, 9))
     inputs, targets = ids[:, :-1], ids[:, 1:]
     untrained = tiny_language_model()
-    single, single_loss = train_single_process(tiny_language_model, inputs, targets, steps=6, batch_size=8)
-    mirrored, mirrored_loss = train_data_parallel(tiny_language_model, inputs, targets, steps=6, batch_size=8)
+    single, single_loss = train_single_process(tiny_language_model, inputs, targets, steps=6, batch_size=8, seed=seed)
+    mirrored, mirrored_loss = train_data_parallel(tiny_language_model, inputs, targets, steps=6, batch_size=8,
+                                                  seed=seed)
     print(json.dumps({
         "devices": devices,
         "replicas": 2,

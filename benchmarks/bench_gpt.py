@@ -1,0 +1,179 @@
+"""Chapter 8's small GPT trained with several seeds: the evidence behind what the chapter concludes.
+
+The chapter trains its GPT once, with ``COURSE_SEED`` (default 0). This script repeats that training for every
+seed given (by default 0 to 9), with the chapter's corpus, tokenizer, model size, batches and 600 updates, and two
+variants of the recipe:
+
+* ``chapter``: 2 blocks, d_model 64, 4 heads, AdamW at a one-cycle learning rate (peak 3e-3, 10% warm-up);
+* ``constant-lr``: the same model with a constant learning rate of 3e-3 (no warm-up, no decay);
+* ``d_model-32``: a smaller model (d_model 32, 2 heads, d_ff 128) with the chapter's schedule.
+
+For each run it records the validation loss every 50 steps, the final perplexity and its ratio to the unigram
+baseline's. For the ``chapter`` model it also records what the chapter says about generation: whether 80 greedy
+tokens after "The decoder" repeat a run of 4 tokens (a loop), the share of made-up words (words that never occur
+in the training text) in 16 samples of 40 tokens at temperatures 0.7, 1.0 and 1.5, and how many tokens top-p
+keeps for the sampling figure's prompt. The result, with its provenance (the corpus files included: chapter 8
+trains on the course's own pages, so an edit of any page changes its model), goes to
+``benchmarks/results/gpt_seeds.json``; the chapter reads it and shows mean and spread.
+
+    python benchmarks/bench_gpt.py            # the chapter's recipe with 10 seeds, the two variants with 5
+    python benchmarks/bench_gpt.py --seeds 0 1 --variants chapter --no-write     # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from evidence import RESULTS, write_evidence  # noqa: E402
+
+import companion.torch as ct  # noqa: E402
+from companion import sampling  # noqa: E402
+from companion.bpe import BPE  # noqa: E402
+from companion.corpus import course_documents, lm_windows, split_documents, unigram_perplexity  # noqa: E402
+from companion.generation_stats import repeats_itself, unknown_word_share, words  # noqa: E402
+
+#: The recipe of notebooks/08_gpt.md.
+VOCAB_SIZE, CONTEXT, STEPS, BATCH, PEAK_LR = 512, 64, 600, 32, 3e-3
+VARIANTS = {
+    "chapter": dict(model=dict(d_model=64, num_heads=4, num_layers=2, d_ff=256), schedule="one-cycle"),
+    "constant-lr": dict(model=dict(d_model=64, num_heads=4, num_layers=2, d_ff=256), schedule="constant"),
+    "d_model-32": dict(model=dict(d_model=32, num_heads=2, num_layers=2, d_ff=128), schedule="one-cycle"),
+}
+TEMPERATURES = (0.7, 1.0, 1.5)
+SAMPLE_PROMPT, FIGURE_PROMPT = "The decoder", "The attention weights of each"
+TOP_P = (0.5, 0.9)
+
+
+def prepare() -> dict:
+    """The chapter's corpus, tokenizer, token streams, windows and unigram baseline (no randomness)."""
+    documents = course_documents(exclude=("08_",))
+    train_texts, valid_texts = split_documents(documents, valid_fraction=0.1)
+    bpe = BPE.train(train_texts, VOCAB_SIZE)
+    train_ids = np.array([i for text in train_texts for i in bpe.encode(text)])
+    valid_ids = np.array([i for text in valid_texts for i in bpe.encode(text)])
+    inputs, targets = lm_windows(train_ids, CONTEXT, stride=CONTEXT // 2)
+    valid_inputs, valid_targets = lm_windows(valid_ids, CONTEXT)
+    return dict(documents=sorted(documents), bpe=bpe, known=set(words("".join(train_texts))),
+                baseline=unigram_perplexity(train_ids, valid_ids, VOCAB_SIZE), inputs=inputs, targets=targets,
+                valid_inputs=torch.as_tensor(valid_inputs), valid_targets=torch.as_tensor(valid_targets))
+
+
+def validation_loss(model: ct.GPT, corpus: dict) -> float:
+    model.eval()
+    with torch.no_grad():
+        logits = model(corpus["valid_inputs"])
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), corpus["valid_targets"].reshape(-1))
+    model.train()
+    return float(loss)
+
+
+def train(corpus: dict, seed: int, variant: str) -> tuple[ct.GPT, dict]:
+    """The chapter's training cell with ``COURSE_SEED=seed``: the model and what the run measured."""
+    from companion.seed import seed_everything
+
+    os.environ["COURSE_SEED"] = str(seed)
+    seed_everything()
+    recipe = VARIANTS[variant]
+    model = ct.GPT(VOCAB_SIZE, **recipe["model"], max_len=CONTEXT, dropout=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=PEAK_LR, weight_decay=0.01)
+    schedule = (torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=PEAK_LR, total_steps=STEPS, pct_start=0.1)
+                if recipe["schedule"] == "one-cycle" else None)
+    batches = np.random.default_rng(seed).integers(0, len(corpus["inputs"]), size=(STEPS, BATCH))
+    valid_curve = []
+    start = time.perf_counter()
+    for step, rows in enumerate(batches, start=1):
+        logits = model(torch.as_tensor(corpus["inputs"][rows]))
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), torch.as_tensor(corpus["targets"][rows]).reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if schedule is not None:
+            schedule.step()
+        if step % 50 == 0:
+            valid_curve.append(validation_loss(model, corpus))
+    model.eval()
+    perplexity = float(np.exp(valid_curve[-1]))
+    return model, {"seconds": round(time.perf_counter() - start, 1), "valid_curve": valid_curve,
+                   "perplexity": perplexity, "baseline_ratio": corpus["baseline"] / perplexity}
+
+
+def generation(model: ct.GPT, corpus: dict, seed: int) -> dict:
+    """What the chapter's generation cells measure, for the trained ``chapter`` model."""
+    bpe = corpus["bpe"]
+    prompt = torch.as_tensor([bpe.encode(SAMPLE_PROMPT)])
+    greedy = ct.generate(model, prompt, 60, temperature=0)[0, prompt.shape[1]:].tolist()
+    made_up = {}
+    for temperature in TEMPERATURES:
+        out = ct.generate(model, prompt.repeat(16, 1), 40, temperature=temperature, seed=seed + 1)
+        made_up[str(temperature)] = unknown_word_share([bpe.decode(row[prompt.shape[1]:].tolist()) for row in out],
+                                                       corpus["known"])
+    with torch.no_grad():
+        last = model(torch.as_tensor([bpe.encode(FIGURE_PROMPT)]))[:, -1].numpy().astype(np.float64)
+    return {"greedy_repeats_4_tokens": repeats_itself(greedy, 4), "made_up_share": made_up,
+            "top_p_kept": {str(p): int(sampling.top_p_mask(last, p).sum()) for p in TOP_P}}
+
+
+def summary(values: list[float]) -> dict:
+    return {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+            "min": float(np.min(values)), "max": float(np.max(values))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variant-seeds", type=int, default=5,
+                        help="the variants other than `chapter` train with the first this many seeds only")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)   # as the chapter
+    corpus = prepare()
+    print(f"corpus: {len(corpus['documents'])} documents; unigram baseline perplexity {corpus['baseline']:.1f}")
+    runs: dict[str, dict[str, dict]] = {variant: {} for variant in args.variants}
+    started = time.perf_counter()
+    for seed in args.seeds:
+        for variant in args.variants:
+            if variant != "chapter" and seed not in args.seeds[: args.variant_seeds]:
+                continue
+            model, run = train(corpus, seed, variant)
+            if variant == "chapter":
+                run |= generation(model, corpus, seed)
+            runs[variant][str(seed)] = run
+            print(f"seed {seed} {variant:12} perplexity {run['perplexity']:6.2f} "
+                  f"({run['baseline_ratio']:.2f}x below the baseline) in {run['seconds']:.0f} s"
+                  + (f"; greedy loops: {run['greedy_repeats_4_tokens']}, made-up words "
+                     f"{run['made_up_share']}, top-p kept {run['top_p_kept']}" if variant == "chapter" else ""),
+                  flush=True)
+    table = {variant: {"perplexity": summary([r["perplexity"] for r in by_seed.values()]),
+                       "baseline_ratio": summary([r["baseline_ratio"] for r in by_seed.values()])}
+             for variant, by_seed in runs.items()}
+    for variant, row in table.items():
+        print(f"{variant:12} perplexity {row['perplexity']['mean']:.2f} ± {row['perplexity']['std']:.2f} "
+              f"(min {row['perplexity']['min']:.2f}, max {row['perplexity']['max']:.2f})")
+    print(f"{time.perf_counter() - started:.0f} s in all")
+    if not args.no_write:
+        code = ["benchmarks/bench_gpt.py", "companion/torch", "companion/bpe.py", "companion/corpus.py",
+                "companion/sampling.py", "companion/generation_stats.py", "companion/seed.py", *corpus["documents"]]
+        out = write_evidence(RESULTS / "gpt_seeds.json",
+                             {"baseline": corpus["baseline"], "steps": STEPS, "batch": BATCH, "table": table,
+                              "runs": runs},
+                             seeds=args.seeds, code=code,
+                             notes="chapter 8's recipe per seed; the code list includes the corpus (the course's "
+                                   "pages): an edit of any page makes this file stale")
+        print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
