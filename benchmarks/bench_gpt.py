@@ -55,6 +55,10 @@ SAMPLE_PROMPT, FIGURE_PROMPT = "The decoder", "The attention weights of each"
 TOP_P = (0.5, 0.9)
 
 
+#: The modules of companion.torch that chapter 8's GPT, its training and its sampling run.
+TORCH_MODULES = ("gpt", "addnorm", "attention", "masking", "multihead", "text", "device")
+
+
 def prepare() -> dict:
     """The chapter's corpus, tokenizer, token streams, windows and unigram baseline (no randomness)."""
     documents = course_documents(exclude=("08_",))
@@ -163,14 +167,15 @@ def main(argv: list[str] | None = None) -> int:
               f"(min {row['perplexity']['min']:.2f}, max {row['perplexity']['max']:.2f})")
     print(f"{time.perf_counter() - started:.0f} s in all")
     if not args.no_write:
-        code = ["benchmarks/bench_gpt.py", "companion/torch", "companion/bpe.py", "companion/corpus.py",
-                "companion/sampling.py", "companion/generation_stats.py", "companion/seed.py", *corpus["documents"]]
+        code = ["benchmarks/bench_gpt.py", *(f"companion/torch/{name}.py" for name in TORCH_MODULES),
+                "companion/bpe.py", "companion/corpus.py", "companion/sampling.py", "companion/generation_stats.py",
+                "companion/seed.py"]
         out = write_evidence(RESULTS / "gpt_seeds.json",
                              {"baseline": corpus["baseline"], "steps": STEPS, "batch": BATCH, "table": table,
                               "runs": runs},
-                             seeds=args.seeds, code=code,
-                             notes="chapter 8's recipe per seed; the code list includes the corpus (the course's "
-                                   "pages): an edit of any page makes this file stale")
+                             seeds=args.seeds, code=code, data=list(corpus["documents"]),
+                             notes="chapter 8's recipe per seed; data: the course's pages the corpus is made of "
+                                   "(recorded, not checked: the chapter's claims must hold for any prose edit)")
         print(f"wrote {out}")
     return 0
 

@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebook", type=Path, help="a chapter's MyST source, e.g. notebooks/07_full_model.md")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--code", nargs="*", default=[], help="files or folders the claims depend on (hashed)")
+    parser.add_argument("--data", nargs="*", default=[], help="inputs recorded but not checked (corpus pages)")
     parser.add_argument("--env", nargs="*", default=[], help="NAME=VALUE added to the kernels' environment")
     parser.add_argument("--jobs", type=int, default=1, help="chapters executed at once")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         chapter = source.stem.split("_", 1)[0]
         name = "claims_ch" + chapter + ("_" + "_".join(extra_env.values()) if extra_env else "") + ".json"
         out = write_evidence(RESULTS / name, {"env": extra_env, "claims": rows, "runs": runs},
-                             seeds=args.seeds, code=[str(source.relative_to(ROOT)), *args.code],
+                             seeds=args.seeds, code=[str(source.relative_to(ROOT)), *args.code], data=args.data,
                              notes="claims recorded with companion.seed.claim; errors: cells that failed")
         print(f"wrote {out.relative_to(ROOT)}")
     return 1 if any(row["fails"] for row in rows) or any(run["errors"] for run in runs) else 0

@@ -7,13 +7,18 @@ A benchmark writes its results with ``write_evidence``::
                    seeds=[0, 1, 2, 3, 4], code=["companion/training.py", "companion/torch/model.py"])
 
 The file holds ``{"provenance": {...}, "results": results}``. The provenance names the command, the seeds, the
-date, the machine, the versions of Python, NumPy, PyTorch, TensorFlow and Keras, and a SHA-256 over the listed
-code files (paths relative to the repository, folders taken whole). A chapter reads ``results`` with
-``read_evidence``; ``stale_code`` says which files changed since the file was written.
+date, the machine, the versions of Python, NumPy, PyTorch, TensorFlow and Keras, and a SHA-256 of each listed
+code file (paths relative to the repository, folders taken whole). A Python file is hashed by its syntax tree
+without docstrings, so an edit of a comment or a docstring leaves the evidence valid and any change of what the
+code does makes it stale. ``data`` names inputs whose hashes are recorded but not checked: the course's own pages
+that chapter 8's corpus is made of change with every prose edit, and the chapters' claims must hold for any such
+edit anyway. A chapter reads ``results`` with ``read_evidence``; ``stale_code`` says which code files changed
+since the file was written.
 """
 
 from __future__ import annotations
 
+import ast
 import datetime
 import hashlib
 import json
@@ -40,9 +45,31 @@ def _files(code: list[str]) -> list[Path]:
     return files
 
 
-def code_hashes(code: list[str]) -> dict[str, str]:
+#: How code files are hashed; a result file without a "hashing" entry was hashed byte for byte.
+HASHING = "python-ast"
+
+
+def _without_docstrings(source: bytes) -> bytes:
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+                    first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
+def _digest(path: Path, hashing: str) -> str:
+    content = path.read_bytes()
+    if hashing == "python-ast" and path.suffix == ".py":
+        content = _without_docstrings(content)
+    return hashlib.sha256(content).hexdigest()
+
+
+def code_hashes(code: list[str], hashing: str = HASHING) -> dict[str, str]:
     """SHA-256 of each file named in ``code`` (folders expanded), keyed by its path relative to the repository."""
-    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in _files(code)}
+    return {str(p.relative_to(ROOT)): _digest(p, hashing) for p in _files(code)}
 
 
 def _version(package: str) -> str | None:
@@ -52,7 +79,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def write_evidence(path: str | Path, results: Any, *, seeds: list[int], code: list[str],
+def write_evidence(path: str | Path, results: Any, *, seeds: list[int], code: list[str], data: list[str] = (),
                    command: str | None = None, notes: str = "") -> Path:
     """Write ``results`` (JSON-serialisable) with its provenance to ``path``; return the path."""
     if not seeds:
@@ -65,7 +92,9 @@ def write_evidence(path: str | Path, results: Any, *, seeds: list[int], code: li
                    f"{platform.system()} {platform.release()}",
         "versions": {name: _version(name) for name in ("numpy", "torch", "tensorflow", "keras")}
                     | {"python": platform.python_version()},
+        "hashing": HASHING,
         "code": code_hashes(code),
+        "data": code_hashes(list(data)),
         "notes": notes,
     }
     path = Path(path)
@@ -82,7 +111,8 @@ def read_evidence(name: str) -> dict[str, Any]:
 def stale_code(evidence: dict[str, Any]) -> list[str]:
     """The files whose content changed (or that disappeared or appeared) since ``evidence`` was written."""
     recorded = evidence["provenance"]["code"]
+    hashing = evidence["provenance"].get("hashing", "bytes")
     folders = sorted({name for name in recorded if not (ROOT / name).is_file()})
-    now = code_hashes([name for name in recorded if (ROOT / name).is_file()])
+    now = code_hashes([name for name in recorded if (ROOT / name).is_file()], hashing)
     changed = [name for name, digest in recorded.items() if now.get(name) != digest]
     return sorted(set(changed) | set(folders))

@@ -32,8 +32,16 @@ def test_a_changed_file_is_seen(tmp_path, monkeypatch):
     out = evidence.write_evidence(tmp_path / "r.json", {"mean": 1.0}, seeds=[0, 1], code=["model.py"])
     data = json.loads(out.read_text())
     assert evidence.stale_code(data) == []
+    code.write_text('"""A docstring."""\nx = 1  # a comment\n')
+    assert evidence.stale_code(data) == []                    # what the code does is the same
     code.write_text("x = 2\n")
     assert evidence.stale_code(data) == ["model.py"]
+    page = tmp_path / "page.md"
+    page.write_text("text")
+    with_data = json.loads(evidence.write_evidence(tmp_path / "d.json", {}, seeds=[0], code=["model.py"],
+                                                   data=["page.md"]).read_text())
+    page.write_text("other text")
+    assert evidence.stale_code(with_data) == [] and "page.md" in with_data["provenance"]["data"]
     with pytest.raises(ValueError, match="seeds"):
         evidence.write_evidence(tmp_path / "r.json", {}, seeds=[], code=["model.py"])
 
