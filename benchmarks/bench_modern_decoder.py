@@ -156,7 +156,8 @@ def main() -> None:
     print(f"modern - gpt: {diff['mean']:+.4f} ± {diff['stdev']:.4f}; modern better in "
           f"{results['difference']['modern_better_in']} of {len(args.seeds)} seeds")
     if not args.no_write:
-        write_evidence(RESULT, results, seeds=args.seeds, code=CODE, data=sorted(course_documents(exclude=("08_", "09_"))),
+        write_evidence(RESULT, results, seeds=args.seeds, code=CODE,
+                       data=sorted(course_documents(exclude=("08_", "09_"))),
                        notes="torch, one CPU thread; seconds are training-step time on a possibly shared machine")
         print(f"wrote {RESULT.relative_to(ROOT)}")
 
