@@ -160,6 +160,8 @@ def _window(kind):
             allowed = (key < query) & (key >= query - window)
         elif kind == "two_sided":
             allowed = np.abs(query - key) < window
+        elif kind == "square":
+            return (key <= query) & (key > query - window)
         else:  # a 0/1 integer mask
             return ((key <= query) & (key > query - window)).astype(int)[None, None]
         return allowed[None, None]
@@ -257,6 +259,7 @@ CH09_MISTAKES = [
     ("window_mask", lambda: _window("blocked"), "marks the blocked positions"),
     ("window_mask", lambda: _window("no_self"), "hides the query's own position"),
     ("window_mask", lambda: _window("two_sided"), "must stay causal"),
+    ("window_mask", lambda: _window("square"), r"of shape \(1, 1, length, length\).* has shape \(6, 6\)"),
     ("fixed_online_attention", lambda: _online("original"), "original bug"),
     ("fixed_online_attention", lambda: _online("sum"), "running sum of exponentials was not rescaled"),
     ("fixed_online_attention", lambda: _online("both"), "neither the running sum"),

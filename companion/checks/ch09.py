@@ -271,6 +271,9 @@ def check_window_mask(window_mask) -> None:
         if values.dtype != bool:
             raise CheckFailed(f"the text says: {WINDOW_MASK_TYPE}; {what} has dtype {values.dtype}")
         expect_type(answer, "numpy", f"{what} (the text says: {WINDOW_MASK_TYPE})", "bool")
+        if values.shape != (1, 1, length, length):
+            raise CheckFailed(f"the text says: {WINDOW_MASK_TYPE}; {what} has shape {values.shape}. Likely: the "
+                              "two leading axes of size 1 (batch and heads, broadcast by attention) are missing")
         mistakes = {
             "the text says: the window latest positions, itself included; yours lets each query see window + 1 "
             "keys (an off-by-one)": _band(length, 0, window),
@@ -286,8 +289,6 @@ def check_window_mask(window_mask) -> None:
                          "position")
         expect_equal(values.tolist(), expected.tolist(), what,
                      mistakes={m: w.tolist() for m, w in mistakes.items() if not np.array_equal(w, expected)})
-        if values.shape != (1, 1, length, length):
-            raise CheckFailed(f"the text says: {WINDOW_MASK_TYPE}; {what} has shape {values.shape}")
 
 
 #: The sentence of exercise 6 that names the type of the result.
