@@ -61,7 +61,7 @@ NAMED_INPUTS = {"one_hot_batch", "embedding_gradient", "multi_head_attention_tor
                 "fixed_multi_head_attention_torch", "fixed_multi_head_attention_keras", "masked_attention_torch",
                 "masked_attention_keras", "fixed_masked_attention_torch", "fixed_masked_attention_keras",
                 "greedy_decode_torch", "greedy_decode_keras", "best_hypothesis", "bpe_merge", "best_pair",
-                "nucleus_probs"}
+                "nucleus_probs", "rms_norm", "apply_rope"}
 
 
 def test_each_mistake_class_covers_every_exercise_it_applies_to():

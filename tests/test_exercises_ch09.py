@@ -41,6 +41,8 @@ def _rotate_half(kind):
             return np.concatenate([x2, -x1], axis=-1)
         if kind == "swap":
             return np.concatenate([x2, x1], axis=-1)
+        if kind == "list":
+            return np.concatenate([-x2, x1], axis=-1).tolist()
         out = np.empty_like(x)
         out[..., 0::2], out[..., 1::2] = -x[..., 1::2], x[..., 0::2]
         return out
@@ -70,7 +72,8 @@ def _apply_rope(kind):
         half = head_dim // 2
         rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
         sign = -1 if kind == "sign" else 1
-        return x * np.cos(angles) + sign * rotated * np.sin(angles)
+        out = x * np.cos(angles) + sign * rotated * np.sin(angles)
+        return out.tolist() if kind == "list" else out
 
     return apply_rope
 
@@ -95,6 +98,8 @@ def _swiglu_torch(kind):
             return gate @ w2
         if kind == "detach":
             return ((gate * b) @ w2).detach()
+        if kind == "numpy":
+            return ((gate * b) @ w2).detach().numpy()
         return (gate * b) @ w2
 
     return swiglu_torch
@@ -113,7 +118,8 @@ def _swiglu_keras(kind):
             gate = a * ops.sigmoid(a)
         if kind == "ungated":
             return ops.matmul(gate, w2)
-        return ops.matmul(gate * b, w2)
+        out = ops.matmul(gate * b, w2)
+        return ops.convert_to_numpy(out) if kind == "numpy" else out
 
     return swiglu_keras
 
@@ -131,6 +137,8 @@ def _expand(kind):
             return np.repeat(x, group, axis=2)
         if kind == "features":
             return np.repeat(x, group, axis=3)
+        if kind == "list":
+            return np.repeat(x, group, axis=1).tolist()
         return np.repeat(x, x.shape[1], axis=1)  # the number of kv heads instead of the group
 
     return expand_kv_heads
@@ -152,6 +160,8 @@ def _window(kind):
             allowed = (key < query) & (key >= query - window)
         elif kind == "two_sided":
             allowed = np.abs(query - key) < window
+        elif kind == "square":
+            return (key <= query) & (key > query - window)
         else:  # a 0/1 integer mask
             return ((key <= query) & (key > query - window)).astype(int)[None, None]
         return allowed[None, None]
@@ -179,7 +189,7 @@ def _online(kind):
             acc = (acc if kind in ("original", "both") else acc * correction) + weights @ v[..., start:start +
                                                                                            block_size, :]
             m = new_m
-        return acc / total
+        return (acc / total).tolist() if kind == "list" else acc / total
 
     return fixed_online_attention
 
@@ -199,6 +209,8 @@ def _permute(kind):
         if kind == "inverse":
             within = np.argsort(within)
         order = np.concatenate([head * head_dim + within for head in range(num_heads)])
+        if kind == "list":
+            return w[:, order].tolist()
         return w[order] if kind == "rows" and w.shape[0] == w.shape[1] else w[:, order]
 
     return permute_for_half_split
@@ -225,12 +237,9 @@ CH09_MISTAKES = [
     ("rms_norm", lambda: _rms_norm("variance"), "used the variance"),
     ("rms_norm", lambda: _rms_norm("eps_outside"), "after the square root"),
     ("rms_norm", lambda: _rms_norm("no_gain"), "gain is missing"),
-    ("rms_norm", lambda: _rms_norm("float16"), "overflows to infinity"),
-    ("rms_norm", lambda: _rms_norm("float32_result"), "cast the result back"),
     ("rotate_half", lambda: _rotate_half("sign"), "sign is on the wrong half"),
     ("rotate_half", lambda: _rotate_half("swap"), "minus sign is missing"),
     ("rotate_half", lambda: _rotate_half("pairs"), "neighbouring pairs"),
-    ("apply_rope", lambda: _apply_rope("no_offset"), "ignored the offset"),
     ("apply_rope", lambda: _apply_rope("exponent"), r"base\*\*\(-i / head_dim\)"),
     ("apply_rope", lambda: _apply_rope("sign"), "turns the wrong way"),
     ("apply_rope", lambda: _apply_rope("interleaved"), "interleaved layout"),
@@ -250,7 +259,7 @@ CH09_MISTAKES = [
     ("window_mask", lambda: _window("blocked"), "marks the blocked positions"),
     ("window_mask", lambda: _window("no_self"), "hides the query's own position"),
     ("window_mask", lambda: _window("two_sided"), "must stay causal"),
-    ("window_mask", lambda: _window("int"), "boolean mask"),
+    ("window_mask", lambda: _window("square"), r"of shape \(1, 1, length, length\).* has shape \(6, 6\)"),
     ("fixed_online_attention", lambda: _online("original"), "original bug"),
     ("fixed_online_attention", lambda: _online("sum"), "running sum of exponentials was not rescaled"),
     ("fixed_online_attention", lambda: _online("both"), "neither the running sum"),
@@ -260,8 +269,37 @@ CH09_MISTAKES = [
     ("gqa_cache_bytes", lambda: _cache("query_heads"), "counted every query head"),
     ("gqa_cache_bytes", lambda: _cache("keys_only"), "only the keys"),
     ("gqa_cache_bytes", lambda: _cache("numbers"), "numbers, not bytes"),
-    ("gqa_cache_bytes", lambda: _cache("gib"), "should return an int"),
 ]
+#: Mistakes that only an input the text names exposes: float16 values above 256, an offset > 0.
+NAMED_INPUTS = [
+    ("rms_norm", lambda: _rms_norm("float16"), "overflows to infinity"),
+    ("apply_rope", lambda: _apply_rope("no_offset"), "ignored the offset"),
+]
+#: Results of another type than the one the text states; each message quotes the sentence it breaks.
+STATED_TYPES = [
+    ("rms_norm", lambda: _rms_norm("float32_result"), "the text says: x is a NumPy array; return .* with the shape "
+     r"and the dtype of x; rms_norm\(x \(2, 3, 8\) float16.* returned float32, not float16"),
+    ("rotate_half", lambda: _rotate_half("list"), r"the text says: return \(-x2, x1\) joined along the last axis, "
+     "a NumPy array of the shape of x\\) should be a NumPy array; got list"),
+    ("apply_rope", lambda: _apply_rope("list"), r"the text says: return x \* cos \+ rotate_half\(x\) \* sin, a "
+     "NumPy array of the shape of x\\) should be a NumPy array; got list"),
+    ("swiglu_torch", lambda: _swiglu_torch("numpy"), "the text says: return a tensor of your framework through "
+     r"which gradients reach x and the three weights\) should be a torch.Tensor; got ndarray"),
+    ("swiglu_keras", lambda: _swiglu_keras("numpy"), "the text says: return a tensor of your framework through "
+     r"which gradients reach x and the three weights\) should be a Keras tensor"),
+    ("expand_kv_heads", lambda: _expand("list"), r"the text says: return a NumPy array of shape \(batch, "
+     r"num_kv_heads \* group, seq_len, head_dim\)\) should be a NumPy array; got list"),
+    ("window_mask", lambda: _window("int"), r"the text says: returns a boolean NumPy array of shape \(1, 1, length, "
+     r"length\) \(True = may attend\); window_mask\(6, 3\) has dtype int"),
+    ("fixed_online_attention", lambda: _online("list"), r"the text says: return a NumPy array of shape \(batch, "
+     r"query_len, d_v\)\) should be a NumPy array; got list"),
+    ("permute_for_half_split", lambda: _permute("list"), "the text says: return a NumPy array, the matrix with the "
+     r"columns of each head reordered\) should be a NumPy array; got list"),
+    ("gqa_cache_bytes", lambda: _cache("gib"), r"the text says: gqa_cache_bytes\(num_layers=2, \.\.\.\) "
+     r"\(returns, as an int, the bytes\) is an int; got float"),
+]
+CH09_MISTAKES += NAMED_INPUTS + STATED_TYPES
+MISTAKE_CLASSES = {"an input the text names": NAMED_INPUTS, "a type the text states": STATED_TYPES}
 
 
 @pytest.mark.parametrize("exercise_id, make, message", CH09_MISTAKES, ids=[f"{e}-{m}" for e, _, m in CH09_MISTAKES])

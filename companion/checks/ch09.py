@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from companion.checks import CheckFailed, _short, call, exercise, expect_close, expect_equal, rng, to_numpy
-from companion.checks.tracks import ATTENTION_SHORTCUTS, converter, expect_differentiable, expect_type, tolerance
+from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks.tracks import (
+    ATTENTION_SHORTCUTS,
+    converter,
+    expect_answer_type,
+    expect_differentiable,
+    expect_type,
+    tolerance,
+)
 from companion.reference.attention import scaled_dot_product_attention
 from companion.reference.modern import interleave_permutation, rotary_embedding_interleaved
 
@@ -30,9 +37,10 @@ def _rms(x, weight, eps, centre=False, eps_outside=False, gain=True, std=False):
           shortcuts=RMS_NORM_SHORTCUTS)
 def check_rms_norm(rms_norm) -> None:
     generator = rng(90)
-    for shape, eps, offset in [((2, 5, 8), 1e-6, 0.0), ((3, 4), 0.5, 2.0), ((1, 1, 6), 1e-2, 3.0), ((4, 16), 0.1, 1.0)]:
-        x = generator.standard_normal(shape) * 0.5 + offset
-        weight = 1 + 0.5 * generator.standard_normal(shape[-1])
+    for shape, eps, offset, dtype in [((2, 5, 8), 1e-6, 0.0, np.float64), ((3, 4), 0.5, 2.0, np.float64),
+                                      ((1, 1, 6), 1e-2, 3.0, np.float32), ((4, 16), 0.1, 1.0, np.float64)]:
+        x = (generator.standard_normal(shape) * 0.5 + offset).astype(dtype)
+        weight = (1 + 0.5 * generator.standard_normal(shape[-1])).astype(dtype)
         answer = call(rms_norm, x.copy(), weight.copy(), eps)
         expect_close(
             answer,
@@ -47,9 +55,11 @@ def check_rms_norm(rms_norm) -> None:
                     x, weight, eps, eps_outside=True),
                 "the text says: times weight; the learned gain is missing": _rms(x, weight, eps, gain=False),
             },
-            atol=1e-7,
+            atol=1e-7 if dtype == np.float64 else 1e-5,
         )
-        expect_type(answer, "numpy", "the result of rms_norm", "float")
+        what = f"rms_norm(x {shape} {np.dtype(dtype).name}, weight ({shape[-1]},), eps={eps})"
+        expect_type(answer, "numpy", f"{what} (the text says: {RMS_NORM_TYPE})", "float")
+        _expect_dtype_of_x(answer, np.dtype(dtype), what)
     # Half precision: squares of numbers above 256 do not fit in float16 (largest 65504).
     x = (generator.standard_normal((2, 3, 8)) * 400).astype(np.float16)
     weight = (1 + 0.3 * generator.standard_normal(8)).astype(np.float16)
@@ -65,9 +75,18 @@ def check_rms_norm(rms_norm) -> None:
                   "overflows to infinity above 256 and every output becomes 0": overflowed.astype(np.float64)},
         atol=1e-2, rtol=1e-2,
     )
-    if to_numpy(answer).dtype != np.float16:
-        raise CheckFailed(f"the text says: return the dtype of x; {what} returned {to_numpy(answer).dtype}, not "
-                          "float16 (cast the result back)")
+    _expect_dtype_of_x(answer, np.dtype(np.float16), what)
+
+
+#: The sentence of exercise 1 that names the type of the result.
+RMS_NORM_TYPE = "x is a NumPy array; return ... with the shape and the dtype of x"
+
+
+def _expect_dtype_of_x(answer, dtype: np.dtype, what: str) -> None:
+    got = to_numpy(answer).dtype
+    if got != dtype:
+        raise CheckFailed(f"the text says: {RMS_NORM_TYPE}; {what} returned {got}, not {dtype.name}. Likely: the "
+                          "result kept the dtype it was computed in (cast the result back)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -103,7 +122,8 @@ def check_rotate_half(rotate_half) -> None:
             },
             atol=1e-12,
         )
-        expect_type(answer, "numpy", "the result of rotate_half", "float")
+        expect_type(answer, "numpy", f"rotate_half(x {shape}) (the text says: return (-x2, x1) joined along the last "
+                    "axis, a NumPy array of the shape of x)", "float")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -142,7 +162,8 @@ def check_apply_rope(apply_rope) -> None:
                 x, offset, base, use_offset=False)
         expect_close(answer, _rope(x, offset, base), f"apply_rope(x {shape}, offset={offset}, base={base})",
                      mistakes=mistakes, atol=1e-9)
-        expect_type(answer, "numpy", "the result of apply_rope", "float")
+        expect_type(answer, "numpy", f"apply_rope(x {shape}, offset={offset}, base={base}) (the text says: return "
+                    "x * cos + rotate_half(x) * sin, a NumPy array of the shape of x)", "float")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,7 +206,8 @@ def _check_swiglu(swiglu, track: str) -> None:
             },
             **tolerance(track),
         )
-        expect_type(answer, track, f"the result of {name}", "float")
+        expect_type(answer, track, f"{name}(x, w1, w2, w3) (the text says: return a tensor of your framework through "
+                    "which gradients reach x and the three weights)", "float")
         expect_differentiable(swiglu, args, f"{name}(x, w1, w2, w3)", (0, 1, 2, 3), track=track)
 
 
@@ -224,7 +246,8 @@ def check_expand_kv_heads(expand_kv_heads) -> None:
                 x, shape[1], axis=1)
         expect_close(answer, np.repeat(x, group, axis=1), f"expand_kv_heads(x {shape}, group={group})",
                      mistakes=mistakes if group > 1 else {}, atol=0)
-        expect_type(answer, "numpy", "the result of expand_kv_heads", "float")
+        expect_type(answer, "numpy", f"expand_kv_heads(x {shape}, group={group}) (the text says: return a NumPy "
+                    "array of shape (batch, num_kv_heads * group, seq_len, head_dim))", "float")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -246,7 +269,11 @@ def check_window_mask(window_mask) -> None:
         values = to_numpy(answer)
         what = f"window_mask({length}, {window})"
         if values.dtype != bool:
-            raise CheckFailed(f"the text says: a boolean mask (True = may attend); {what} has dtype {values.dtype}")
+            raise CheckFailed(f"the text says: {WINDOW_MASK_TYPE}; {what} has dtype {values.dtype}")
+        expect_type(answer, "numpy", f"{what} (the text says: {WINDOW_MASK_TYPE})", "bool")
+        if values.shape != (1, 1, length, length):
+            raise CheckFailed(f"the text says: {WINDOW_MASK_TYPE}; {what} has shape {values.shape}. Likely: the "
+                              "two leading axes of size 1 (batch and heads, broadcast by attention) are missing")
         mistakes = {
             "the text says: the window latest positions, itself included; yours lets each query see window + 1 "
             "keys (an off-by-one)": _band(length, 0, window),
@@ -262,8 +289,10 @@ def check_window_mask(window_mask) -> None:
                          "position")
         expect_equal(values.tolist(), expected.tolist(), what,
                      mistakes={m: w.tolist() for m, w in mistakes.items() if not np.array_equal(w, expected)})
-        if values.shape != (1, 1, length, length):
-            raise CheckFailed(f"the text says: shape (1, 1, n, n); {what} has shape {values.shape}")
+
+
+#: The sentence of exercise 6 that names the type of the result.
+WINDOW_MASK_TYPE = "returns a boolean NumPy array of shape (1, 1, length, length) (True = may attend)"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -309,7 +338,8 @@ def check_fixed_online_attention(fixed_online_attention) -> None:
         }
         expect_close(answer, expected, f"fixed_online_attention(q {q.shape}, k {k.shape}, v {v.shape}, "
                      f"block_size={block})", mistakes=mistakes, atol=1e-9)
-        expect_type(answer, "numpy", "the result of fixed_online_attention", "float")
+        expect_type(answer, "numpy", f"fixed_online_attention(q {q.shape}, ...) (the text says: return a NumPy array "
+                    "of shape (batch, query_len, d_v))", "float")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -340,7 +370,8 @@ def check_permute_for_half_split(permute_for_half_split) -> None:
         expect_close(answer, w[:, order], f"permute_for_half_split(w {w.shape}, num_heads={num_heads})",
                      mistakes={m: x for m, x in mistakes.items() if x is not None and not np.array_equal(
                          x, w[:, order])}, atol=0)
-        expect_type(answer, "numpy", "the result of permute_for_half_split", "float")
+        expect_type(answer, "numpy", f"permute_for_half_split(w {w.shape}, num_heads={num_heads}) (the text says: "
+                    "return a NumPy array, the matrix with the columns of each head reordered)", "float")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -355,9 +386,8 @@ def check_gqa_cache_bytes(gqa_cache_bytes) -> None:
                                                            (32, 32, 32, 128, 2048, 2), (24, 16, 4, 64, 8192, 2),
                                                            (6, 8, 2, 64, 512, 4)]:
         answer = call(gqa_cache_bytes, layers, heads, kv_heads, head_dim, tokens, size)
-        if isinstance(answer, bool) or not isinstance(answer, int | np.integer):
-            raise CheckFailed(f"the text says: return, as an int, the number of bytes; gqa_cache_bytes should return "
-                              f"an int, got {type(answer).__name__} {_short(answer)}")
+        expect_answer_type(answer, "int", f"gqa_cache_bytes(num_layers={layers}, ...) (returns, as an int, the "
+                           "bytes)")
         right = 2 * layers * kv_heads * head_dim * tokens * size
         mistakes = {
             "the text says: the cache stores the key/value heads only; yours counted every query head":
