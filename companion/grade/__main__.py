@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -10,6 +11,7 @@ from companion.checks import TRACKS
 
 from . import report as reports
 from .launcher import DEFAULT_MEMORY
+from .results import clean_text
 from .runner import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, grade
 
 EPILOG = """\
@@ -104,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # The command's own process: TensorFlow's start-up log would fill the terminal (numerics are left alone).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if argv and argv[0] == "class":  # grade a whole class: companion/grade/classroom.py
         from .classroom import main as class_main
         return class_main(argv[1:])
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             sandbox=args.sandbox,
         )
     except (ValueError, RuntimeError) as error:
-        print(f"python -m companion.grade: error: {error}", file=sys.stderr)
+        print(f"python -m companion.grade: error: {clean_text(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: no report written", file=sys.stderr)

@@ -197,7 +197,10 @@ class Session:
             op = message.get("op")
             if op not in ("cb_call", "cb_getattr"):
                 raise SandboxLost("protocol", f"an unexpected message {str(op)[:40]!r}")
-            self.serve_callback(message, data)
+            try:
+                self.serve_callback(message, data)
+            except P.ProtocolError as error:
+                raise SandboxLost("protocol", str(error)) from None
 
     def _collect(self, message: dict) -> None:
         text = message.get("output")

@@ -35,9 +35,9 @@ from companion.checks import TRACKS, exercises_for, registry
 
 from .forkserver import Zygotes
 from .jobs import Job
-from .launcher import DEFAULT_MEMORY, Limits, become_subreaper, sandbox_status
-from .notebooks import collect_notebooks
-from .results import FAILED, SKIPPED, ExerciseResult, GradeReport, NotebookResult
+from .launcher import DEFAULT_MEMORY, Limits, become_subreaper, sandbox_status, seccomp_note
+from .notebooks import collect_notebooks, leaves_folder, link_refused
+from .results import FAILED, SKIPPED, ExerciseResult, GradeReport, NotebookResult, clean_result, clean_text
 from .steps import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
@@ -47,10 +47,6 @@ from .steps import (
     cpu_seconds,
     grade_job,
 )
-
-# Read when TensorFlow is first imported (by a checker, here): quiet logs, exact float32 on CPU and GPU.
-for _name, _value in (("TF_CPP_MIN_LOG_LEVEL", "3"), ("TF_ENABLE_ONEDNN_OPTS", "0"), ("NVIDIA_TF32_OVERRIDE", "0")):
-    os.environ.setdefault(_name, _value)
 
 __all__ = ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "HIDDEN_FAILED", "STARTUP_TIMEOUT", "Options",
            "expected_chapters", "grade", "load_extra_checks"]
@@ -112,10 +108,11 @@ def _import_quietly(module: str) -> None:
         os.close(devnull)
 
 
-def _missing_notebook(folder: Path | None, chapter: str, tracks: tuple[str, ...]) -> NotebookResult:
+def _missing_notebook(folder: Path | None, chapter: str, tracks: tuple[str, ...], why: str = "") -> NotebookResult:
     where = f"{folder}/{chapter}.md" if folder is not None else f"{chapter}.md"
-    message = (f"missing work: no notebook `{chapter}.md` or `{chapter}.ipynb` was found (a renamed notebook "
-               "counts as missing); every exercise of the chapter gets zero")
+    message = link_refused(why) if why else (
+        f"missing work: no notebook `{chapter}.md` or `{chapter}.ipynb` was found (a renamed notebook counts as "
+        "missing); every exercise of the chapter gets zero")
     result = NotebookResult(path=where, chapter=chapter, error=message, missing=True)
     for item in exercises_for(chapter):
         if item.track in tracks:
@@ -199,6 +196,8 @@ def grade(
     limits: dict[Path, Limits] = {}
     left: dict[Path, int] = {}
     for job in notebooks:
+        if job.done:  # refused, unreadable or nothing to grade: no student process, nothing of it in a sandbox
+            continue
         folder = job.path.parent
         folders_of.setdefault(folder, []).append(job.path)
         seconds = max(cpu_seconds(job, options), limits[folder].cpu_seconds if folder in limits else 0)
@@ -209,11 +208,18 @@ def grade(
 
     def run(index: int) -> None:
         job = notebooks[index]
-        if not job.done:
-            grade_job(job, options, zygotes)
-        result = job.finish()
+        graded = not job.done
+        if graded:
+            try:
+                grade_job(job, options, zygotes)
+            except Exception as error:  # a fault of the grader's on this notebook fails it, never the run
+                job.fail_all("error", f"the grader failed on this notebook ({type(error).__name__}: "
+                                      f"{str(error)[:300]}); the other notebooks were graded")
+        result = clean_result(job.finish())
         result.sandbox = "on" if options.sandbox else "off"
         results[index] = result
+        if not graded:
+            return
         folder = job.path.parent
         with counting:
             left[folder] -= 1
@@ -252,20 +258,23 @@ def grade(
     for position, path in enumerate(absent):
         result = _missing_notebook(path.parent, path.stem, selected)
         result.path = str(path)
+        result = clean_result(result)
         result.sandbox = "on" if options.sandbox else "off"
         finished.append(result)
         if on_notebook is not None:
             on_notebook(len(notebooks) + position, result)
     missing = [c for c in missing if c not in {p.stem for p in absent}]
     folder = folders[0] if len(folders) == 1 else None
+    linked = [why for why in (leaves_folder(f) for f in folders) if why]
     for position, chapter in enumerate(missing, start=len(absent)):
-        result = _missing_notebook(folder, chapter, selected)
+        result = clean_result(_missing_notebook(folder, chapter, selected, "; ".join(linked)))
         result.sandbox = "on" if options.sandbox else "off"
         finished.append(result)
         if on_notebook is not None:
             on_notebook(len(notebooks) + position, result)
-    sandbox_text = "on" if options.sandbox else f"off ({why})"
-    return GradeReport(finished, round(time.perf_counter() - start, 3), sandbox=sandbox_text,
+    note = seccomp_note() if options.sandbox else ""
+    sandbox_text = ("on" + (f" ({note})" if note else "")) if options.sandbox else f"off ({why})"
+    return GradeReport(finished, round(time.perf_counter() - start, 3), sandbox=clean_text(sandbox_text),
                        expected_chapters=expected if (chapters is not None or folders) else
                        sorted({p.stem for p, _ in found} | {p.stem for p in absent}))
 
