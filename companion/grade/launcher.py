@@ -147,6 +147,9 @@ def bwrap_command(notebooks: Path | list[Path] | None, memory: int = DEFAULT_MEM
     for notebook in listed:
         if notebook.is_file() and not leaves_folder(notebook):  # only files inside the student's folder
             args += ["--ro-bind", str(notebook.resolve()), f"/sandbox/notebook/{notebook.name}"]
+    # bubblewrap's own root and its /dev are tmpfs of half the RAM each: read-only, so that /tmp and /dev/shm
+    # stay the only writable places.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     args += ["--chdir", "/sandbox/notebook" if notebooks is not None else "/tmp"]
     return args
 

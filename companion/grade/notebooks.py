@@ -117,7 +117,7 @@ def parse_cell(source: str) -> tuple[ast.Module | None, str]:
             return ast.parse(source), ""
         except SyntaxError as error:
             return None, f"syntax error on line {error.lineno}: {error.msg}"
-        except (RecursionError, MemoryError):
+        except (RecursionError, MemoryError, SystemError):  # SystemError: the parser's own depth checks
             return None, "the cell is nested too deeply to be parsed"
         except ValueError as error:  # e.g. a null byte in the source
             return None, f"the cell cannot be parsed: {error}"
