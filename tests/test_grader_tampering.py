@@ -283,3 +283,30 @@ def test_the_source_scan_follows_helpers_and_imports(tmp_path):
     assert found and all("`companion.torch" in f and "course's own implementation" in f for f in found), found
     assert find_shortcuts(cells, "own", forbidden) == []  # a variable or attribute named like a call is fine
     assert find_shortcuts(cells, "Layer", forbidden) == ["`torch.nn.MultiheadAttention`"]
+
+
+#: Each answer reaches a forbidden computation by a path no list of names stops, and what the report names.
+EVASIONS = {
+    "embed_torch": "aten.embedding",
+    "embed_keras": "the grader's monitoring was switched off",
+    "attention_torch": "_scaled_dot_product_attention_math",
+    "attention_keras": "dot_product_attention",
+    "multi_head_attention_torch": "scaled_dot_product",
+    "layer_norm_torch": "native_layer_norm",
+    "layer_norm_keras": "layer_normalization",
+    "layer_norm_input_grad": "torch.autograd.backward",
+    "masked_nll_torch": "nll_loss",
+    "masked_nll_keras": "sparse_categorical_crossentropy",
+}
+
+
+def test_shortcuts_are_seen_by_what_runs_not_by_their_names():
+    """Private kernels, second names, Keras ops, a closure's original, autograd: seen while the answer runs."""
+    folder = FIXTURES / "shortcut_evasions"
+    report = grade([folder], chapters=sorted(p.stem.split("_")[0] for p in folder.glob("*.md")), timeout=60)
+    results = {r.id: r for notebook in report.notebooks for r in notebook.exercises}
+    for exercise_id, words in EVASIONS.items():
+        result = results[exercise_id]
+        assert (result.status, result.reason) == (FAILED, "shortcut"), result
+        assert words in result.message, result.message
+    assert len(EVASIONS) == 10

@@ -117,7 +117,8 @@ def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Forked
                                            f"`{symbol}`, or is it far too slow? (the check uses small inputs)",
                                 options.timeout)
         elif lost.reason == "protocol":
-            job.exercise_failed("crash", f"the student's process {why} while `{symbol}` was checked")
+            job.exercise_failed("crash", f"the student's process broke the grader's protocol ({lost.detail}) while "
+                                         f"`{symbol}` was checked")
         else:
             job.exercise_failed("crash", f"the student's process died while `{symbol}` was checked ({why}): does "
                                          f"your code call sys.exit/os._exit, run out of memory or crash the "
@@ -126,7 +127,7 @@ def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Forked
 
 def _check(session: Session, job: Job, item: Exercise, options: Options) -> None:
     session.start_step(options.timeout)
-    session.raw("arm", names=list(item.shortcuts))
+    session.raw("arm", names=list(item.shortcuts), track=item.track)
     reply, data = session.raw("lookup", name=item.symbol)
     if reply.get("missing"):
         job.exercise_failed("missing", f"define `{item.symbol}`: the notebook has no function or class of that name")
@@ -142,6 +143,9 @@ def _check(session: Session, job: Job, item: Exercise, options: Options) -> None
     if session.shortcuts:
         names = ", ".join(f"`{name}`" for name in dict.fromkeys(session.shortcuts))
         reason, message = "shortcut", f"`{item.symbol}` called {names}: this exercise asks you to write it yourself"
+    elif session.monitoring_off and item.shortcuts:
+        reason, message = "shortcut", (f"the grader's monitoring was switched off while `{item.symbol}` ran; an "
+                                       "answer may not change the profiler or PyTorch's dispatch modes")
     if reason == "ok":
         for extra in options.extra.get(item.id, []):
             extra_reason, _ = _run_checker(extra, answer)

@@ -11,7 +11,8 @@ student's code and sends back what came out (plain data, or a handle for an obje
 - ``lookup``: the student's object of a given name;
 - ``call``, ``getattr``, ``setattr``: on an object that lives here;
 - ``grad``: call, then back-propagate an upstream gradient and return the input and parameter gradients;
-- ``arm``: the one-call shortcuts that the next exercise may not reach (they raise and are reported).
+- ``arm``: the one-call shortcuts that the next exercise may not reach (they raise and are reported), and the
+  exercise's track; what runs while the exercise is checked is watched for them (:mod:`.monitor`).
 
 While student code runs it can ask the grader to run a callback (an object the checker passed in, such as a
 scripted model): ``cb_call`` and ``cb_getattr``; the grader answers with data or another handle.
@@ -31,6 +32,7 @@ import types
 from typing import Any
 
 from . import protocol as P
+from .monitor import Monitor, code_index
 
 _MESSAGE_LIMIT = 4000
 
@@ -77,6 +79,8 @@ class Server:
         sys.modules[self.module.__name__] = self.module
         self.future_flags = 0
         self.armed: set[str] = set()
+        self.monitor = Monitor(set())
+        self.watch_index: dict[str, Any] = {}
         self.used: list[str] = []
         self.capture: Capture | None = None
         self.cell_marker = "<notebook"
@@ -160,7 +164,10 @@ class Server:
                 sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
                 reply["output"] = self.capture.text()
                 reply["output_chars"] = self.capture.total
-                reply["shortcuts"] = list(dict.fromkeys(self.used))
+                reply["shortcuts"] = list(dict.fromkeys(self.used + self.monitor.found))
+                if self.monitor.switched_off:
+                    reply["monitoring_off"] = True
+                self.monitor.found, self.monitor.switched_off = [], False
                 self.capture = None
         try:
             self.send(reply, buffers)
@@ -199,6 +206,7 @@ class Server:
                 except ImportError:
                     pass
         _stand_in_companion()
+        self.watch_index = code_index()  # before the tripwires and the student's code
         for dotted in message.get("tripwires", []):
             self.tripwire(str(dotted))
         try:
@@ -241,6 +249,7 @@ class Server:
 
     def op_arm(self, message: dict, data: list, buffers: list) -> dict:
         self.armed = {str(name) for name in message.get("names", [])}
+        self.monitor = Monitor(self.armed, self.watch_index, operators=message.get("track") == "torch")
         return {}
 
     def op_cell(self, message: dict, data: list, buffers: list) -> dict:
@@ -281,7 +290,7 @@ class Server:
             with torch.no_grad():
                 result = target(*args, **kwargs)
         else:
-            result = target(*args, **kwargs)
+            result = self.monitor.run(target, *args, **kwargs)
         return {"value": self.encode(result, buffers)}
 
     def op_getattr(self, message: dict, data: list, buffers: list) -> dict:
@@ -300,7 +309,9 @@ class Server:
         if message.get("framework") == "keras":
             from .keras_grad import keras_gradients
 
-            call = target if not kwargs else (lambda *a: target(*a, **kwargs))
+            def call(*a: Any) -> Any:
+                return self.monitor.run(target, *a, **kwargs)
+
             result, found, why = keras_gradients(call, tuple(args), self.decode(message["upstream"], data),
                                                  message.get("index"))
             if why:
@@ -315,7 +326,7 @@ class Server:
             if isinstance(arg, torch.Tensor) and arg.is_floating_point():
                 args[i] = arg.detach().clone().requires_grad_(True)
                 watched.append(i)
-        result = target(*args, **kwargs)
+        result = self.monitor.run(target, *args, **kwargs)
         output = result
         index = message.get("index")
         if index is not None:
