@@ -86,3 +86,11 @@ def test_parsing_from_many_threads_gives_the_same_trees():
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_the_whole_run_has_a_time_limit_and_still_reports():
+    report = grade([FIXTURES / "infinite_loop"], tracks=["numpy"], chapters=["01"], timeout=120, total_timeout=10)
+    results = report.notebooks[0].exercises
+    over = [r for r in results if r.reason == "timeout" and "time limit for the whole run" in r.message]
+    assert over and all(r.status == FAILED for r in over)
+    assert report.seconds < 100  # a step's own limit (120 s) would have run on

@@ -12,7 +12,7 @@ from companion.checks import TRACKS
 from . import report as reports
 from .launcher import DEFAULT_MEMORY
 from .results import clean_text
-from .runner import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, grade
+from .runner import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, grade
 
 EPILOG = """\
 The chapter of a notebook is its file name without extension (exercises/02_attention.md is chapter
@@ -84,6 +84,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="time allowed to each exercise's check and to loading each cell "
                              f"(default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--total-timeout", type=_positive(float), default=DEFAULT_TOTAL_TIMEOUT, metavar="SECONDS",
+                        help="time allowed to the whole run; what is not checked by then fails and the reports are "
+                             f"written (default {DEFAULT_TOTAL_TIMEOUT:g})")
     parser.add_argument("--track", type=_tracks, default=list(TRACKS), metavar="TRACKS",
                         help="grade only these tracks, e.g. --track torch (numpy exercises are always graded; "
                              "default: numpy,torch,keras)")
@@ -135,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             memory=args.memory,
             extra_checks=args.extra_checks,
             sandbox=args.sandbox,
+            total_timeout=args.total_timeout,
         )
     except (ValueError, RuntimeError) as error:
         print(f"python -m companion.grade: error: {clean_text(error)}", file=sys.stderr)

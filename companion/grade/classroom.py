@@ -40,6 +40,7 @@ from pathlib import Path
 from . import gradebook
 from .classworker import ForkedGrader, Slots, WorkerLost
 from .gradebook import Settings
+from .steps import DEFAULT_TOTAL_TIMEOUT
 
 NOTEBOOK_SUFFIXES = (".md", ".ipynb")
 #: Seconds allowed to a grader process beyond its steps' time limits (start-up: importing the frameworks).
@@ -174,7 +175,7 @@ def grade_student(student: Path, work: Path, settings: Settings, code: str, forc
 def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag: str | None) -> tuple[dict | None,
                                                                                                        str]:
     command = grader_command(files, work, settings, chapters_flag)
-    limit = settings.student_timeout or STARTUP_ALLOWANCE + 2 * settings.timeout * (8 * len(files) + 16)
+    limit = settings.student_timeout or STARTUP_ALLOWANCE + DEFAULT_TOTAL_TIMEOUT  # the grader's own limit ends first
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
     log = work / "log.txt"
     worker = _SLOTS.worker(env) if command[:3] == [sys.executable, "-m", "companion.grade"] else None

@@ -41,6 +41,7 @@ from .results import FAILED, SKIPPED, ExerciseResult, GradeReport, NotebookResul
 from .steps import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
+    DEFAULT_TOTAL_TIMEOUT,
     HIDDEN_FAILED,
     STARTUP_TIMEOUT,
     Options,
@@ -48,8 +49,8 @@ from .steps import (
     grade_job,
 )
 
-__all__ = ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "HIDDEN_FAILED", "STARTUP_TIMEOUT", "Options",
-           "expected_chapters", "grade", "load_extra_checks"]
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "DEFAULT_TOTAL_TIMEOUT", "HIDDEN_FAILED", "STARTUP_TIMEOUT",
+           "Options", "expected_chapters", "grade", "load_extra_checks"]
 
 
 def load_extra_checks(path: str | Path) -> dict[str, list[Callable[[Any], None]]]:
@@ -135,6 +136,7 @@ def grade(
     memory: int = DEFAULT_MEMORY,
     extra_checks: str | Path | None = None,
     sandbox: str = "auto",
+    total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
 ) -> GradeReport:
     """Grade notebooks (files or folders of ``.md``/``.ipynb``); see :mod:`companion.grade`.
 
@@ -151,9 +153,13 @@ def grade(
         memory: address-space limit of each student process, in bytes.
         extra_checks: an instructor's module of extra checks (:func:`load_extra_checks`).
         sandbox: ``auto`` (bubblewrap where it works), ``on`` (required) or ``off``.
+        total_timeout: seconds the whole run may take; the steps still to run after that fail with reason
+            ``timeout``, and the reports are written as usual.
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds; got {timeout}")
+    if total_timeout <= 0:
+        raise ValueError(f"total_timeout must be a positive number of seconds; got {total_timeout}")
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1; got {jobs}")
     if sandbox not in ("auto", "on", "off"):
@@ -169,7 +175,8 @@ def grade(
     if sandbox == "on" and not usable:
         raise RuntimeError(f"the sandbox is required (--sandbox on) but cannot start: {why}")
     options = Options(timeout, output_limit, memory, usable,
-                      load_extra_checks(extra_checks) if extra_checks else {})
+                      load_extra_checks(extra_checks) if extra_checks else {},
+                      deadline=time.monotonic() + total_timeout, total_timeout=total_timeout)
     become_subreaper()
     if "keras" in selected:
         _import_quietly("keras")
