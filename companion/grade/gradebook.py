@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from companion.checks import TRACKS, registry
+from companion.grade.results import clean_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -209,7 +210,7 @@ def columns(settings: Settings, reports: list[dict | None]) -> list[tuple[str, s
 def student_grades(student: str, report: dict | None, note: str, settings: Settings,
                    cols: list[tuple[str, str, str]]) -> StudentGrades:
     """Points of one student from the grader's JSON report (None when the grader gave none)."""
-    out = StudentGrades(student, note=note)
+    out = StudentGrades(clean_text(student), note=clean_text(note))  # a folder name reaches every class file
     results: dict[tuple[str, str], dict] = {}
     notebooks: dict[str, dict] = {}
     for notebook in (report or {}).get("notebooks", []):
