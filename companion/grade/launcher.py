@@ -2,10 +2,13 @@
 
 The grader starts one such process per folder of notebooks: the zygote of :mod:`companion.grade.forkserver`, which
 forks the student process of each notebook inside the same containment (a :class:`Child` can also be a student
-process of its own). On Linux the process runs under bubblewrap (``bwrap``): no network, its own process, IPC and
-user namespaces, a private ``/tmp``, and read-only views of what it needs (the Python installation, the virtual
-environment, :mod:`companion.grade.sandbox` and the notebooks being graded); the course (``solutions/``, the
-checks, the reference implementations), the reports and the rest of the file system do not exist there. Where
+process of its own). On Linux the process runs under bubblewrap (``bwrap``, :func:`bwrap_command`): no network,
+its own process, IPC, mount and user namespaces, uid 65534 there with every capability dropped and no nested user
+namespace, the seccomp filter of :mod:`.seccomp`, size-limited ``/tmp`` and ``/dev/shm`` as its only writable
+places, and read-only views of what it needs (the Python installation, the virtual environment,
+:mod:`companion.grade.sandbox` and the notebooks being graded, each only if it lies inside the student's folder);
+the course (``solutions/``, the checks, the reference implementations), the reports and the rest of the file
+system do not exist there. This holds whether the grader runs as root or not. Where
 bubblewrap is missing or cannot start (no user namespaces), the process runs without it and the reports say
 ``sandbox: off``; everything below still holds.
 
