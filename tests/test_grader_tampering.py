@@ -218,7 +218,8 @@ def test_the_reports_are_valid_and_show_escapes_as_text(tampered):
 def test_nothing_behind_a_link_reaches_the_report(tampered):
     text = json.dumps(tampered.data) + tampered.done.stdout
     assert "def check_" not in text and "### BEGIN SOLUTION" not in text
-    assert Path("/etc/shadow").read_text().splitlines()[0][:12] not in text
+    if os.access("/etc/shadow", os.R_OK):  # as root: the grader could have read it, and must not have
+        assert Path("/etc/shadow").read_text().splitlines()[0][:12] not in text
 
 
 def test_the_trusted_process_memory_stays_bounded(tampered):

@@ -33,6 +33,8 @@ def _python_roots() -> list[str]:
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     roots |= {os.path.realpath(p) for p in list(roots)}
     roots.add(os.path.dirname(sys.executable))
+    # Package folders that a .pth adds (a virtual environment sharing another's packages): never the course itself.
+    roots |= {p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")}
     return sorted(r for r in roots if r and os.path.isdir(r) and r != "/")
 
 
