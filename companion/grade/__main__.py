@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -10,7 +11,8 @@ from companion.checks import TRACKS
 
 from . import report as reports
 from .launcher import DEFAULT_MEMORY
-from .runner import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, grade
+from .results import clean_text
+from .runner import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, grade
 
 EPILOG = """\
 The chapter of a notebook is its file name without extension (exercises/02_attention.md is chapter
@@ -82,6 +84,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="time allowed to each exercise's check and to loading each cell "
                              f"(default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--total-timeout", type=_positive(float), default=DEFAULT_TOTAL_TIMEOUT, metavar="SECONDS",
+                        help="time allowed to the whole run; what is not checked by then fails and the reports are "
+                             f"written (default {DEFAULT_TOTAL_TIMEOUT:g})")
     parser.add_argument("--track", type=_tracks, default=list(TRACKS), metavar="TRACKS",
                         help="grade only these tracks, e.g. --track torch (numpy exercises are always graded; "
                              "default: numpy,torch,keras)")
@@ -104,6 +109,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # The command's own process: TensorFlow's start-up log would fill the terminal (numerics are left alone).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if argv and argv[0] == "class":  # grade a whole class: companion/grade/classroom.py
         from .classroom import main as class_main
         return class_main(argv[1:])
@@ -134,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             memory=args.memory,
             extra_checks=args.extra_checks,
             sandbox=args.sandbox,
+            total_timeout=args.total_timeout,
         )
     except (ValueError, RuntimeError) as error:
-        print(f"python -m companion.grade: error: {error}", file=sys.stderr)
+        print(f"python -m companion.grade: error: {clean_text(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: no report written", file=sys.stderr)

@@ -45,6 +45,7 @@ from pathlib import Path
 from . import exports, gradebook, merge, policy
 from .classworker import ForkedGrader, Slots, WorkerLost
 from .gradebook import Settings
+from .steps import DEFAULT_TOTAL_TIMEOUT
 
 NOTEBOOK_SUFFIXES = (".md", ".ipynb")
 #: Seconds allowed to a grader process beyond its steps' time limits (start-up: importing the frameworks).
@@ -185,7 +186,7 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
     """The grader's report (None when it gave none), a note, and the seconds spent waiting for the slot's worker
     to start (its imports: once per slot)."""
     command = grader_command(files, work, settings, chapters_flag)
-    limit = settings.student_timeout or STARTUP_ALLOWANCE + 2 * settings.timeout * (8 * len(files) + 16)
+    limit = settings.student_timeout or STARTUP_ALLOWANCE + DEFAULT_TOTAL_TIMEOUT  # the grader's own limit ends first
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
     log = work / "log.txt"
     worker = _SLOTS.worker(env) if command[:3] == [sys.executable, "-m", "companion.grade"] else None

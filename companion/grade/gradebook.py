@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from companion.checks import TRACKS, registry
+from companion.grade.results import clean_text
 
 from .policy import LatePolicy, load_policy, parse_time
 
@@ -246,7 +247,7 @@ def student_grades(student: str, report: dict | None, note: str, settings: Setti
                    cols: list[tuple[str, str, str]], submitted: dict[str, str] | None = None) -> StudentGrades:
     """Points of one student from the grader's JSON report (None when the grader gave none); ``submitted`` maps a
     chapter to the ISO time its notebook was handed in (for the late policy)."""
-    out = StudentGrades(student, note=note)
+    out = StudentGrades(clean_text(student), note=clean_text(note))  # a folder name reaches every class file
     submitted = submitted or {}
     late = {chapter: settings.late.late_days(student, chapter, parse_time("submitted", submitted[chapter])
                                              if chapter in submitted else None) for chapter in settings.late.due}

@@ -9,7 +9,7 @@ from pathlib import Path
 from companion.checks import Exercise, exercises_for, import_errors, registry
 from companion.notebook_code import NotebookError
 
-from .notebooks import NESTED_DEFINES, Cell, clean_text, read_cells
+from .notebooks import NESTED_DEFINES, Cell, leaves_folder, link_refused, read_cells
 from .results import FAILED, PASSED, SKIPPED, ExerciseResult, NotebookResult
 
 
@@ -26,6 +26,11 @@ class Job:
         self.pending: list[Exercise] = []
         self.fatal = False
         items = exercises_for(path.stem)
+        refused = leaves_folder(path)
+        if refused:  # nothing behind the link is read, not even to hash or to parse it
+            self.result.error, self.result.missing = link_refused(refused), True
+            self._fail_items(items, tracks, "missing-notebook", self.result.error)
+            return
         if not path.exists():
             self.result.error = "no such file or folder"
             return
@@ -51,7 +56,15 @@ class Job:
         try:
             cells = read_cells(path)
         except NotebookError as error:
-            self.result.error = f"cannot grade this notebook: {error}"
+            why = str(error)
+        except (RecursionError, MemoryError):
+            why = "it is nested too deeply, or too large, to be read"
+        except Exception as error:  # a reader library that trips over a malformed file: that notebook fails alone
+            why = f"it is malformed ({type(error).__name__}: {str(error)[:300]})"
+        else:
+            why = ""
+        if why:
+            self.result.error = f"cannot grade this notebook: {why}"
             for item in self.pending:
                 self.result.exercises.append(
                     ExerciseResult(item.id, item.track, item.title, FAILED, "unreadable", self.result.error))
@@ -66,6 +79,13 @@ class Job:
                 self.result.problems.extend(cell.problems)
             elif cell.empty or (cell.defines and cell.defines <= skipped_symbols):
                 self.excluded.add(cell.number)  # only answers of tracks not graded: do not import their framework
+
+    def _fail_items(self, items: list[Exercise], tracks: tuple[str, ...], reason: str, message: str) -> None:
+        for item in items:
+            status = FAILED if item.track in tracks else SKIPPED
+            text = message if status == FAILED else f"track `{item.track}` not selected (--track {','.join(tracks)})"
+            self.result.exercises.append(ExerciseResult(item.id, item.track, item.title, status,
+                                                        reason if status == FAILED else "track", text))
 
     @property
     def done(self) -> bool:
@@ -87,7 +107,7 @@ class Job:
             return
         self.reported.add(number)
         cell = self.cell(number)
-        messages = [clean_text(f"{cell.label}: {problem}") for problem in problems]
+        messages = [f"{cell.label}: {problem}" for problem in problems]
         cell.problems.extend(messages)
         self.result.problems.extend(messages)
 
@@ -97,7 +117,7 @@ class Job:
         self.excluded.add(number)
         message = f"{cell.label}: {why}; the cell was left out"
         cell.problems.append(message)
-        self.result.problems.append(clean_text(message))
+        self.result.problems.append(message)
 
     def exercise_done(self, status: str, reason: str, text: str, seconds: float = 0.0, output: str = "",
                       output_chars: int = 0) -> None:
@@ -107,8 +127,7 @@ class Job:
         else:
             text = self._hints(item, reason, text)
         self.result.exercises.append(ExerciseResult(
-            item.id, item.track, item.title, status, reason, clean_text(text), round(seconds, 4),
-            clean_text(output), output_chars))
+            item.id, item.track, item.title, status, reason, text, round(seconds, 4), output, output_chars))
 
     def exercise_failed(self, reason: str, text: str, seconds: float = 0.0) -> None:
         self.exercise_done(FAILED, reason, text, seconds)

@@ -2,10 +2,13 @@
 
 The grader starts one such process per folder of notebooks: the zygote of :mod:`companion.grade.forkserver`, which
 forks the student process of each notebook inside the same containment (a :class:`Child` can also be a student
-process of its own). On Linux the process runs under bubblewrap (``bwrap``): no network, its own process, IPC and
-user namespaces, a private ``/tmp``, and read-only views of what it needs (the Python installation, the virtual
-environment, :mod:`companion.grade.sandbox` and the notebooks being graded); the course (``solutions/``, the
-checks, the reference implementations), the reports and the rest of the file system do not exist there. Where
+process of its own). On Linux the process runs under bubblewrap (``bwrap``, :func:`bwrap_command`): no network,
+its own process, IPC, mount and user namespaces, uid 65534 there with every capability dropped and no nested user
+namespace, the seccomp filter of :mod:`.seccomp`, size-limited ``/tmp`` and ``/dev/shm`` as its only writable
+places, and read-only views of what it needs (the Python installation, the virtual environment,
+:mod:`companion.grade.sandbox` and the notebooks being graded, each only if it lies inside the student's folder);
+the course (``solutions/``, the checks, the reference implementations), the reports and the rest of the file
+system do not exist there. This holds whether the grader runs as root or not. Where
 bubblewrap is missing or cannot start (no user namespaces), the process runs without it and the reports say
 ``sandbox: off``; everything below still holds.
 
@@ -20,11 +23,8 @@ re-parented descendant, and waits for them, before the grader writes a verdict.
 from __future__ import annotations
 
 import ctypes
-import functools
-import glob
 import os
 import resource
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,15 +34,25 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Default address-space limit of the student's process (``--memory``).
-DEFAULT_MEMORY = 4 * 10**9
+from .bubblewrap import (
+    DEFAULT_MEMORY,
+    MAX_FILE_BYTES,
+    SANDBOX_LIB,
+    _sandbox_package,
+    bwrap_command,
+    child_environment,
+    sandbox_status,
+    seccomp_note,
+    tmpfs_bytes,
+)
+from .seccomp import filter_fd
+
 #: Processes the student's code may have at once (its own included).
 MAX_PROCESSES = 64
-#: The largest file the student's code may write (its /tmp is private and in memory).
-MAX_FILE_BYTES = 64 * 2**20
-SANDBOX_LIB = "/sandbox/lib"
 _PR_SET_CHILD_SUBREAPER = 36
 _TAIL_BYTES = 4000
+__all__ = ["DEFAULT_MEMORY", "MAX_FILE_BYTES", "MAX_PROCESSES", "Child", "Limits", "OutputTail", "become_subreaper",
+           "bwrap_command", "child_environment", "sandbox_status", "seccomp_note", "tmpfs_bytes"]
 _counter = iter(range(1, 10**9))
 #: The student processes running now (several when notebooks are graded side by side).
 _LIVE: set[int] = set()
@@ -79,85 +89,6 @@ def _children_of(pid: int) -> set[int]:
         if len(fields) > 1 and fields[1] == str(pid):
             found.add(int(entry))
     return found
-
-
-def _python_roots() -> list[str]:
-    """Folders the sandbox needs read-only to run this Python with its packages."""
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    roots |= {os.path.realpath(p) for p in list(roots)}
-    roots.add(os.path.dirname(sys.executable))
-    return sorted(r for r in roots if r and os.path.isdir(r) and r != "/")
-
-
-def _system_binds() -> list[str]:
-    args: list[str] = []
-    for path in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    for path in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf"):
-        if os.path.exists(path):
-            args += ["--ro-bind", path, path]
-    return args
-
-
-def _sandbox_package() -> str:
-    return str(Path(__file__).resolve().parent / "sandbox")
-
-
-def bwrap_command(notebooks: Path | list[Path] | None) -> list[str]:
-    """The bubblewrap command line, up to (not including) the program to run; each notebook is bound read-only
-    at ``/sandbox/notebook/NAME`` (the notebooks of one folder: their names differ)."""
-    bwrap = shutil.which("bwrap") or "bwrap"
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
-            "--size", str(MAX_FILE_BYTES * 4), "--tmpfs", "/tmp", "--dir", "/sandbox"]
-    args += _system_binds()
-    for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dxg")):  # a GPU, where there is one
-        args += ["--dev-bind", device, device]
-    for root in _python_roots():
-        if not any(root.startswith(prefix + "/") or root == prefix for prefix in ("/usr", "/lib", "/bin")):
-            args += ["--ro-bind", root, root]
-    args += ["--ro-bind", _sandbox_package(), f"{SANDBOX_LIB}/sandbox"]
-    listed = [notebooks] if isinstance(notebooks, Path) else list(notebooks or [])
-    for notebook in listed:
-        if notebook.is_file():
-            args += ["--ro-bind", str(notebook.resolve()), f"/sandbox/notebook/{notebook.name}"]
-    args += ["--chdir", "/sandbox/notebook" if notebooks is not None else "/tmp"]
-    return args
-
-
-_ENV_KEPT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERAS_BACKEND", "COMPANION_DEVICE", "CUDA_VISIBLE_DEVICES",
-             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL")
-
-
-def child_environment() -> dict[str, str]:
-    env = {name: os.environ[name] for name in _ENV_KEPT if name in os.environ}
-    env.update(PATH="/usr/bin:/bin", HOME="/tmp", TMPDIR="/tmp", PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
-               TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0", NVIDIA_TF32_OVERRIDE="0", MPLBACKEND="Agg",
-               KERAS_HOME="/tmp/.keras", PYTHONIOENCODING="utf-8")
-    return env
-
-
-@functools.lru_cache(maxsize=1)
-def sandbox_status() -> tuple[bool, str]:
-    """(usable, why not): whether bubblewrap can start a Python here; tried once per process."""
-    if not sys.platform.startswith("linux"):
-        return False, f"bubblewrap needs Linux (this is {sys.platform})"
-    if os.environ.get("COMPANION_GRADE_SANDBOX", "").lower() == "off":
-        return False, "switched off by COMPANION_GRADE_SANDBOX=off"
-    if shutil.which("bwrap") is None:
-        return False, "bubblewrap (bwrap) is not installed"
-    command = [*bwrap_command(None), sys.executable, "-I", "-c", "print('ok')"]
-    try:
-        done = subprocess.run(command, capture_output=True, timeout=60, env=child_environment(),
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return False, f"bubblewrap could not start ({error})"
-    if done.returncode != 0 or done.stdout.strip() != b"ok":
-        reason = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        return False, f"bubblewrap could not start ({reason[0][:200]})"
-    return True, ""
 
 
 class _Cgroup:
@@ -288,7 +219,11 @@ class Child(OutputTail):
         program = [sys.executable, "-I", "-c",
                    f"import sys; sys.path.insert(0, sys.argv[3]); from {entry} import main; main(sys.argv[1:3])",
                    *arguments, library]
-        command = [*bwrap_command(notebook), *program] if sandbox else program
+        seccomp_fd = filter_fd() if sandbox else None
+        if seccomp_fd is not None:
+            passed = (*passed, seccomp_fd)
+        command = [*bwrap_command(notebook, limits.memory or DEFAULT_MEMORY, seccomp_fd), *program] if sandbox \
+            else program
         first = notebook if isinstance(notebook, Path) or notebook is None else (notebook[0] if notebook else None)
         cgroup = self.cgroup
 

@@ -125,6 +125,7 @@ class Session:
         self.output: list[str] = []
         self.output_chars = 0
         self.shortcuts: list[str] = []
+        self.monitoring_off = False
         self.calls = 0
 
     # -- values -------------------------------------------------------------------------------------------------
@@ -197,7 +198,10 @@ class Session:
             op = message.get("op")
             if op not in ("cb_call", "cb_getattr"):
                 raise SandboxLost("protocol", f"an unexpected message {str(op)[:40]!r}")
-            self.serve_callback(message, data)
+            try:
+                self.serve_callback(message, data)
+            except P.ProtocolError as error:
+                raise SandboxLost("protocol", str(error)) from None
 
     def _collect(self, message: dict) -> None:
         text = message.get("output")
@@ -210,7 +214,9 @@ class Session:
             self.output_chars += chars
         shortcuts = message.get("shortcuts")
         if isinstance(shortcuts, list):
-            self.shortcuts += [str(s) for s in shortcuts]
+            self.shortcuts += [str(s)[:200] for s in shortcuts[:50]]
+        if message.get("monitoring_off"):
+            self.monitoring_off = True
 
     def request(self, op: str, **fields: Any) -> Any:
         """A request whose fields may hold any values (encoded); return the decoded ``value`` of the reply."""
@@ -292,7 +298,7 @@ class Session:
 
     def start_step(self, seconds: float) -> None:
         self.deadline = time.monotonic() + seconds
-        self.output, self.output_chars, self.shortcuts = [], 0, []
+        self.output, self.output_chars, self.shortcuts, self.monitoring_off = [], 0, [], False
 
     def output_text(self) -> str:
         return "".join(self.output)

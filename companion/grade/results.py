@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, fields
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -107,3 +108,27 @@ class GradeReport:
             "missing_chapters": [n.chapter for n in self.notebooks if n.missing],
             "notebooks": [asdict(notebook) for notebook in self.notebooks],
         }
+
+
+# Characters that are not allowed in XML 1.0 (C0 controls but tab and newline, surrogates, U+FFFE, U+FFFF) or
+# that a terminal acts on (escape sequences, carriage return, C1 controls such as CSI, bidirectional overrides).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+                     "\ufffe\uffff]")
+
+
+def clean_text(text: object) -> str:
+    """``text`` safe for a terminal, JSON and XML: every unsafe character is shown as text (``\\x1b``,
+    ``\\u202e``), so an escape sequence can neither act on the terminal nor break a report."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
+
+
+def clean_result(notebook: NotebookResult) -> NotebookResult:
+    """Every string of a notebook's results cleaned with :func:`clean_text` (the one place it is done: every
+    report, the table and the class's files are written from these results)."""
+    for item in (notebook, *notebook.exercises):
+        for spec in fields(item):
+            value = getattr(item, spec.name)
+            if isinstance(value, str):
+                setattr(item, spec.name, clean_text(value))
+    notebook.problems = [clean_text(problem) for problem in notebook.problems]
+    return notebook

@@ -35,12 +35,13 @@ from companion.checks import TRACKS, exercises_for, registry
 
 from .forkserver import Zygotes
 from .jobs import Job
-from .launcher import DEFAULT_MEMORY, Limits, become_subreaper, sandbox_status
-from .notebooks import collect_notebooks
-from .results import FAILED, SKIPPED, ExerciseResult, GradeReport, NotebookResult
+from .launcher import DEFAULT_MEMORY, Limits, become_subreaper, sandbox_status, seccomp_note
+from .notebooks import collect_notebooks, leaves_folder, link_refused
+from .results import FAILED, SKIPPED, ExerciseResult, GradeReport, NotebookResult, clean_result, clean_text
 from .steps import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
+    DEFAULT_TOTAL_TIMEOUT,
     HIDDEN_FAILED,
     STARTUP_TIMEOUT,
     Options,
@@ -48,12 +49,8 @@ from .steps import (
     grade_job,
 )
 
-# Read when TensorFlow is first imported (by a checker, here): quiet logs, exact float32 on CPU and GPU.
-for _name, _value in (("TF_CPP_MIN_LOG_LEVEL", "3"), ("TF_ENABLE_ONEDNN_OPTS", "0"), ("NVIDIA_TF32_OVERRIDE", "0")):
-    os.environ.setdefault(_name, _value)
-
-__all__ = ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "HIDDEN_FAILED", "STARTUP_TIMEOUT", "Options",
-           "expected_chapters", "grade", "load_extra_checks"]
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "DEFAULT_TOTAL_TIMEOUT", "HIDDEN_FAILED", "STARTUP_TIMEOUT",
+           "Options", "expected_chapters", "grade", "load_extra_checks"]
 
 
 def load_extra_checks(path: str | Path) -> dict[str, list[Callable[[Any], None]]]:
@@ -112,10 +109,11 @@ def _import_quietly(module: str) -> None:
         os.close(devnull)
 
 
-def _missing_notebook(folder: Path | None, chapter: str, tracks: tuple[str, ...]) -> NotebookResult:
+def _missing_notebook(folder: Path | None, chapter: str, tracks: tuple[str, ...], why: str = "") -> NotebookResult:
     where = f"{folder}/{chapter}.md" if folder is not None else f"{chapter}.md"
-    message = (f"missing work: no notebook `{chapter}.md` or `{chapter}.ipynb` was found (a renamed notebook "
-               "counts as missing); every exercise of the chapter gets zero")
+    message = link_refused(why) if why else (
+        f"missing work: no notebook `{chapter}.md` or `{chapter}.ipynb` was found (a renamed notebook counts as "
+        "missing); every exercise of the chapter gets zero")
     result = NotebookResult(path=where, chapter=chapter, error=message, missing=True)
     for item in exercises_for(chapter):
         if item.track in tracks:
@@ -138,6 +136,7 @@ def grade(
     memory: int = DEFAULT_MEMORY,
     extra_checks: str | Path | None = None,
     sandbox: str = "auto",
+    total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
 ) -> GradeReport:
     """Grade notebooks (files or folders of ``.md``/``.ipynb``); see :mod:`companion.grade`.
 
@@ -154,9 +153,13 @@ def grade(
         memory: address-space limit of each student process, in bytes.
         extra_checks: an instructor's module of extra checks (:func:`load_extra_checks`).
         sandbox: ``auto`` (bubblewrap where it works), ``on`` (required) or ``off``.
+        total_timeout: seconds the whole run may take; the steps still to run after that fail with reason
+            ``timeout``, and the reports are written as usual.
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds; got {timeout}")
+    if total_timeout <= 0:
+        raise ValueError(f"total_timeout must be a positive number of seconds; got {total_timeout}")
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1; got {jobs}")
     if sandbox not in ("auto", "on", "off"):
@@ -172,7 +175,8 @@ def grade(
     if sandbox == "on" and not usable:
         raise RuntimeError(f"the sandbox is required (--sandbox on) but cannot start: {why}")
     options = Options(timeout, output_limit, memory, usable,
-                      load_extra_checks(extra_checks) if extra_checks else {})
+                      load_extra_checks(extra_checks) if extra_checks else {},
+                      deadline=time.monotonic() + total_timeout, total_timeout=total_timeout)
     become_subreaper()
     if "keras" in selected:
         _import_quietly("keras")
@@ -199,6 +203,8 @@ def grade(
     limits: dict[Path, Limits] = {}
     left: dict[Path, int] = {}
     for job in notebooks:
+        if job.done:  # refused, unreadable or nothing to grade: no student process, nothing of it in a sandbox
+            continue
         folder = job.path.parent
         folders_of.setdefault(folder, []).append(job.path)
         seconds = max(cpu_seconds(job, options), limits[folder].cpu_seconds if folder in limits else 0)
@@ -209,11 +215,18 @@ def grade(
 
     def run(index: int) -> None:
         job = notebooks[index]
-        if not job.done:
-            grade_job(job, options, zygotes)
-        result = job.finish()
+        graded = not job.done
+        if graded:
+            try:
+                grade_job(job, options, zygotes)
+            except Exception as error:  # a fault of the grader's on this notebook fails it, never the run
+                job.fail_all("error", f"the grader failed on this notebook ({type(error).__name__}: "
+                                      f"{str(error)[:300]}); the other notebooks were graded")
+        result = clean_result(job.finish())
         result.sandbox = "on" if options.sandbox else "off"
         results[index] = result
+        if not graded:
+            return
         folder = job.path.parent
         with counting:
             left[folder] -= 1
@@ -252,20 +265,23 @@ def grade(
     for position, path in enumerate(absent):
         result = _missing_notebook(path.parent, path.stem, selected)
         result.path = str(path)
+        result = clean_result(result)
         result.sandbox = "on" if options.sandbox else "off"
         finished.append(result)
         if on_notebook is not None:
             on_notebook(len(notebooks) + position, result)
     missing = [c for c in missing if c not in {p.stem for p in absent}]
     folder = folders[0] if len(folders) == 1 else None
+    linked = [why for why in (leaves_folder(f) for f in folders) if why]
     for position, chapter in enumerate(missing, start=len(absent)):
-        result = _missing_notebook(folder, chapter, selected)
+        result = clean_result(_missing_notebook(folder, chapter, selected, "; ".join(linked)))
         result.sandbox = "on" if options.sandbox else "off"
         finished.append(result)
         if on_notebook is not None:
             on_notebook(len(notebooks) + position, result)
-    sandbox_text = "on" if options.sandbox else f"off ({why})"
-    return GradeReport(finished, round(time.perf_counter() - start, 3), sandbox=sandbox_text,
+    note = seccomp_note() if options.sandbox else ""
+    sandbox_text = ("on" + (f" ({note})" if note else "")) if options.sandbox else f"off ({why})"
+    return GradeReport(finished, round(time.perf_counter() - start, 3), sandbox=clean_text(sandbox_text),
                        expected_chapters=expected if (chapters is not None or folders) else
                        sorted({p.stem for p, _ in found} | {p.stem for p in absent}))
 

@@ -28,11 +28,10 @@ def _bindings(cells: list[Cell]) -> tuple[dict[str, ast.AST], dict[str, str]]:
     definitions: dict[str, ast.AST] = {}
     imports: dict[str, str] = {}
     for cell in cells:
-        if cell.problems or not cell.nodes:
+        if cell.problems or not cell.nodes or cell.tree is None:
             continue
-        tree = ast.parse(cell.source)
         for index in cell.nodes:
-            node = tree.body[index]
+            node = cell.tree.body[index]
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 definitions[node.name] = node
             elif isinstance(node, ast.Import):

@@ -24,6 +24,8 @@ from .results import FAILED, PASSED
 from .shortcuts import find_shortcuts
 
 DEFAULT_TIMEOUT = 60.0
+#: Seconds one run of the grader may take in all (``--total-timeout``): the steps still to run when it is over fail.
+DEFAULT_TOTAL_TIMEOUT = 600.0
 #: How long a student process may take to import the frameworks before its first step.
 STARTUP_TIMEOUT = 600.0
 #: Characters of printed output kept per step (the rest is counted, not kept).
@@ -38,6 +40,21 @@ class Options:
     memory: int = DEFAULT_MEMORY
     sandbox: bool = True
     extra: dict[str, list[Callable[[Any], None]]] = field(default_factory=dict)
+    deadline: float | None = None  # time.monotonic() at which the whole run ends (--total-timeout)
+    total_timeout: float = DEFAULT_TOTAL_TIMEOUT
+
+    def seconds(self, step: float) -> float:
+        """The time a step may take: its own limit, or what is left of the run's."""
+        if self.deadline is None:
+            return step
+        return max(min(step, self.deadline - time.monotonic()), 0.001)
+
+    def over(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def over_message(self) -> str:
+        return (f"the grader's time limit for the whole run ({self.total_timeout:g} s, --total-timeout) was "
+                "reached before this exercise was checked")
 
 
 def cpu_seconds(job: Job, options: Options) -> int:
@@ -65,6 +82,9 @@ def grade_job(job: Job, options: Options, zygotes: Zygotes) -> None:
     for _ in range(len(job.cells) + len(job.pending) + 2):
         if job.done or job.fatal:
             break
+        if options.over():
+            job.fail_all("timeout", options.over_message())
+            break
         try:
             session = _launch(job, options, zygotes)
         except OSError as error:  # e.g. no more processes
@@ -73,7 +93,7 @@ def grade_job(job: Job, options: Options, zygotes: Zygotes) -> None:
         child: Forked = session.child  # type: ignore[assignment]
         step: tuple[str, Any] = ("start", None)
         try:
-            session.start_step(STARTUP_TIMEOUT)
+            session.start_step(options.seconds(STARTUP_TIMEOUT))
             child.start(session.deadline or 0.0)
             reply, _ = session._wait()
             if not reply.get("ready"):
@@ -82,7 +102,7 @@ def grade_job(job: Job, options: Options, zygotes: Zygotes) -> None:
                 job.started = time.perf_counter()
             for cell in job.loadable():
                 step = ("cell", cell.number)
-                session.start_step(options.timeout)
+                session.start_step(options.seconds(options.timeout))
                 reply, _ = session.raw("cell", source=cell.source, nodes=cell.nodes,
                                        filename=f"<{job.path.name}, {cell.label}>")
                 problems = reply.get("problems", [])
@@ -98,6 +118,9 @@ def grade_job(job: Job, options: Options, zygotes: Zygotes) -> None:
 
 def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Forked, options: Options) -> None:
     kind, key = step
+    if lost.reason == "timeout" and options.over():
+        job.fail_all("timeout", options.over_message())
+        return
     tail = child.tail_text()
     tail = f"; its last output: {tail}" if tail else ""
     limit = f"{options.timeout:g} s"
@@ -117,7 +140,8 @@ def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Forked
                                            f"`{symbol}`, or is it far too slow? (the check uses small inputs)",
                                 options.timeout)
         elif lost.reason == "protocol":
-            job.exercise_failed("crash", f"the student's process {why} while `{symbol}` was checked")
+            job.exercise_failed("crash", f"the student's process broke the grader's protocol ({lost.detail}) while "
+                                         f"`{symbol}` was checked")
         else:
             job.exercise_failed("crash", f"the student's process died while `{symbol}` was checked ({why}): does "
                                          f"your code call sys.exit/os._exit, run out of memory or crash the "
@@ -125,8 +149,8 @@ def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Forked
 
 
 def _check(session: Session, job: Job, item: Exercise, options: Options) -> None:
-    session.start_step(options.timeout)
-    session.raw("arm", names=list(item.shortcuts))
+    session.start_step(options.seconds(options.timeout))
+    session.raw("arm", names=list(item.shortcuts), track=item.track)
     reply, data = session.raw("lookup", name=item.symbol)
     if reply.get("missing"):
         job.exercise_failed("missing", f"define `{item.symbol}`: the notebook has no function or class of that name")
@@ -142,6 +166,9 @@ def _check(session: Session, job: Job, item: Exercise, options: Options) -> None
     if session.shortcuts:
         names = ", ".join(f"`{name}`" for name in dict.fromkeys(session.shortcuts))
         reason, message = "shortcut", f"`{item.symbol}` called {names}: this exercise asks you to write it yourself"
+    elif session.monitoring_off and item.shortcuts:
+        reason, message = "shortcut", (f"the grader's monitoring was switched off while `{item.symbol}` ran; an "
+                                       "answer may not change the profiler or PyTorch's dispatch modes")
     if reason == "ok":
         for extra in options.extra.get(item.id, []):
             extra_reason, _ = _run_checker(extra, answer)

@@ -11,7 +11,8 @@ student's code and sends back what came out (plain data, or a handle for an obje
 - ``lookup``: the student's object of a given name;
 - ``call``, ``getattr``, ``setattr``: on an object that lives here;
 - ``grad``: call, then back-propagate an upstream gradient and return the input and parameter gradients;
-- ``arm``: the one-call shortcuts that the next exercise may not reach (they raise and are reported).
+- ``arm``: the one-call shortcuts that the next exercise may not reach (they raise and are reported), and the
+  exercise's track; what runs while the exercise is checked is watched for them (:mod:`.monitor`).
 
 While student code runs it can ask the grader to run a callback (an object the checker passed in, such as a
 scripted model): ``cb_call`` and ``cb_getattr``; the grader answers with data or another handle.
@@ -21,9 +22,7 @@ from __future__ import annotations
 import __future__
 
 import ast
-import builtins
 import importlib
-import io
 import os
 import sys
 import traceback
@@ -31,32 +30,10 @@ import types
 from typing import Any
 
 from . import protocol as P
+from .monitor import Monitor, code_index
+from .stand_ins import Callback, Capture, stand_in_companion
 
 _MESSAGE_LIMIT = 4000
-
-
-class Capture(io.TextIOBase):
-    """A stand-in for sys.stdout and sys.stderr that keeps the first ``limit`` characters and counts the rest."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit, self.parts, self.kept, self.total = limit, [], 0, 0
-
-    def write(self, text: Any) -> int:
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        self.total += len(text)
-        if self.kept < self.limit:
-            part = text[: self.limit - self.kept]
-            self.parts.append(part)
-            self.kept += len(part)
-        return len(text)
-
-    def writable(self) -> bool:
-        return True
-
-    def text(self) -> str:
-        return "".join(self.parts)
 
 
 def _cut(text: str, limit: int = _MESSAGE_LIMIT) -> str:
@@ -77,6 +54,8 @@ class Server:
         sys.modules[self.module.__name__] = self.module
         self.future_flags = 0
         self.armed: set[str] = set()
+        self.monitor = Monitor(set())
+        self.watch_index: dict[str, Any] = {}
         self.used: list[str] = []
         self.capture: Capture | None = None
         self.cell_marker = "<notebook"
@@ -160,7 +139,10 @@ class Server:
                 sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
                 reply["output"] = self.capture.text()
                 reply["output_chars"] = self.capture.total
-                reply["shortcuts"] = list(dict.fromkeys(self.used))
+                reply["shortcuts"] = list(dict.fromkeys(self.used + self.monitor.found))
+                if self.monitor.switched_off:
+                    reply["monitoring_off"] = True
+                self.monitor.found, self.monitor.switched_off = [], False
                 self.capture = None
         try:
             self.send(reply, buffers)
@@ -198,7 +180,8 @@ class Server:
                     imported.append(module)
                 except ImportError:
                     pass
-        _stand_in_companion()
+        stand_in_companion()
+        self.watch_index = code_index()  # before the tripwires and the student's code
         for dotted in message.get("tripwires", []):
             self.tripwire(str(dotted))
         try:
@@ -241,6 +224,7 @@ class Server:
 
     def op_arm(self, message: dict, data: list, buffers: list) -> dict:
         self.armed = {str(name) for name in message.get("names", [])}
+        self.monitor = Monitor(self.armed, self.watch_index, operators=message.get("track") == "torch")
         return {}
 
     def op_cell(self, message: dict, data: list, buffers: list) -> dict:
@@ -281,7 +265,7 @@ class Server:
             with torch.no_grad():
                 result = target(*args, **kwargs)
         else:
-            result = target(*args, **kwargs)
+            result = self.monitor.run(target, *args, **kwargs)
         return {"value": self.encode(result, buffers)}
 
     def op_getattr(self, message: dict, data: list, buffers: list) -> dict:
@@ -300,7 +284,9 @@ class Server:
         if message.get("framework") == "keras":
             from .keras_grad import keras_gradients
 
-            call = target if not kwargs else (lambda *a: target(*a, **kwargs))
+            def call(*a: Any) -> Any:
+                return self.monitor.run(target, *a, **kwargs)
+
             result, found, why = keras_gradients(call, tuple(args), self.decode(message["upstream"], data),
                                                  message.get("index"))
             if why:
@@ -315,7 +301,7 @@ class Server:
             if isinstance(arg, torch.Tensor) and arg.is_floating_point():
                 args[i] = arg.detach().clone().requires_grad_(True)
                 watched.append(i)
-        result = target(*args, **kwargs)
+        result = self.monitor.run(target, *args, **kwargs)
         output = result
         index = message.get("index")
         if index is not None:
@@ -336,61 +322,6 @@ class Server:
         params = {name: p.grad for name, p in parameters.items()}
         return {"value": self.encode(result, buffers), "differentiable": True,
                 "grads": self.encode(grads, buffers), "params": self.encode(params, buffers)}
-
-
-class Callback:
-    """An object of the grader's (a scripted model, a sublayer): calls and attribute reads go back to the grader."""
-
-    __slots__ = ("_server", "_node")
-
-    def __init__(self, server: Server, node: dict) -> None:
-        object.__setattr__(self, "_server", server)
-        object.__setattr__(self, "_node", node)
-
-    def _ask(self, header: dict, buffers: list[bytes]) -> Any:
-        server = object.__getattribute__(self, "_server")
-        reply, data = server.ask(header, buffers)
-        if "error" in reply:
-            error = reply["error"]
-            cls = getattr(builtins, str(error.get("type")), None)
-            if not (isinstance(cls, type) and issubclass(cls, Exception)):
-                cls = RuntimeError
-            raise cls(str(error.get("message", "")))
-        return server.decode(reply.get("value"), data)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        server = object.__getattribute__(self, "_server")
-        buffers: list[bytes] = []
-        header = {"op": "cb_call", "target": object.__getattribute__(self, "_node")["cb"],
-                  "args": server.encode(args, buffers), "kwargs": server.encode(kwargs, buffers)}
-        return self._ask(header, buffers)
-
-    def __getattr__(self, name: str) -> Any:
-        node = object.__getattribute__(self, "_node")
-        return self._ask({"op": "cb_getattr", "target": node["cb"], "name": name}, [])
-
-    def __repr__(self) -> str:
-        return f"<{object.__getattribute__(self, '_node').get('type', 'object')} of the grader>"
-
-
-def _stand_in_companion() -> None:
-    """``from companion.checks import check`` works in the sandbox; nothing else of the course is there."""
-    package = types.ModuleType("companion", "The course's package is not available to graded code.")
-    package.__path__ = []  # a package with no submodules: `import companion.torch` fails
-    checks = types.ModuleType("companion.checks")
-
-    def check(exercise_id: str, obj: Any = None) -> None:
-        print(f"(check {exercise_id!r} is run by the grader)")
-
-    checks.check = check
-    checks.CheckFailed = type("CheckFailed", (AssertionError,), {})
-    checks.__path__ = []
-    package.checks = checks
-    sys.modules["companion"], sys.modules["companion.checks"] = package, checks
-    for name in [n for n in sys.modules if n.startswith("companion.") and n != "companion.checks"]:
-        del sys.modules[name]
-    # An editable install finds `companion.*` whatever the package's __path__ says: drop such finders.
-    sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, "__module__", "")).startswith("__editable__")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,8 +27,11 @@ from typing import Any
 
 import numpy as np
 
-#: The largest message either side accepts (a forged length cannot make the reader allocate more).
-MAX_MESSAGE = 512 * 2**20
+#: The largest message either side accepts (a forged length cannot make the reader allocate more): the arrays of
+#: one reply, and its JSON header on its own. Python objects cost far more than their JSON text (an empty ``{}``
+#: of 2 bytes becomes a dictionary of 64), so the header's limit is what bounds the reader's memory.
+MAX_MESSAGE = 64 * 2**20
+MAX_HEADER = 4 * 2**20
 _PREFIX = struct.Struct("<QQ")
 _PLAIN = (type(None), bool, int, float, str)
 
@@ -87,13 +90,17 @@ class Reader:
         self._fill(_PREFIX.size, deadline)
         header_size, buffer_size = _PREFIX.unpack(bytes(self.data[: _PREFIX.size]))
         total = _PREFIX.size + header_size + buffer_size
-        if header_size + buffer_size > MAX_MESSAGE:
-            raise ProtocolError(f"a message of {header_size + buffer_size} bytes (the limit is {MAX_MESSAGE})")
+        if header_size + buffer_size > MAX_MESSAGE or header_size > MAX_HEADER:
+            raise ProtocolError(f"a message of {header_size} + {buffer_size} bytes (the limits are {MAX_HEADER} for "
+                                f"its header, {MAX_MESSAGE} in all)")
         self._fill(total, deadline)
+        text = bytes(self.data[_PREFIX.size : _PREFIX.size + header_size])
         try:
-            header = json.loads(bytes(self.data[_PREFIX.size : _PREFIX.size + header_size]).decode("utf-8"))
+            header = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ProtocolError(f"a header that is not JSON ({error})") from None
+            raise ProtocolError(f"a header that is not JSON ({str(error)[:200]})") from None
+        except (RecursionError, MemoryError):  # json's decoder stops at the interpreter's recursion limit
+            raise ProtocolError("a header too deeply nested or too large to read") from None
         if not isinstance(header, dict) or not isinstance(header.get("nbytes", []), list):
             raise ProtocolError("a header that is not an object")
         buffers, offset = [], _PREFIX.size + header_size
@@ -185,8 +192,18 @@ def encode(value: Any, buffers: list[bytes], other: Callable[[Any], dict], depth
     return other(value)
 
 
-def decode(tree: Any, buffers: list[bytes], resolve: Callable[[dict], Any], depth: int = 0) -> Any:
-    """The inverse of :func:`encode`; ``resolve`` turns ``{"ref": ...}`` and ``{"cb": ...}`` nodes into objects."""
+def decode(tree: Any, buffers: list[bytes], resolve: Callable[[dict], Any]) -> Any:
+    """The inverse of :func:`encode`; ``resolve`` turns ``{"ref": ...}`` and ``{"cb": ...}`` nodes into objects.
+
+    Whatever the tree holds, the only exception that comes out of a malformed one is :class:`ProtocolError`.
+    """
+    try:
+        return _decode(tree, buffers, resolve, 0)
+    except (TypeError, KeyError, IndexError, ValueError, AttributeError, RecursionError) as error:
+        raise ProtocolError(f"a malformed value ({type(error).__name__})") from None
+
+
+def _decode(tree: Any, buffers: list[bytes], resolve: Callable[[dict], Any], depth: int) -> Any:
     if depth > 60:
         raise ProtocolError("a value nested too deeply")
     if type(tree) in _PLAIN:
@@ -196,21 +213,21 @@ def decode(tree: Any, buffers: list[bytes], resolve: Callable[[dict], Any], dept
     if not isinstance(tree, dict):
         raise ProtocolError(f"an unexpected {type(tree).__name__}")
     if "list" in tree:
-        return [decode(v, buffers, resolve, depth + 1) for v in tree["list"]]
+        return [_decode(v, buffers, resolve, depth + 1) for v in tree["list"]]
     if "tuple" in tree:
-        return tuple(decode(v, buffers, resolve, depth + 1) for v in tree["tuple"])
+        return tuple(_decode(v, buffers, resolve, depth + 1) for v in tree["tuple"])
     if "dict" in tree:
         result = {}
         for pair in tree["dict"]:
-            key = decode(pair[0], buffers, resolve, depth + 1)
+            key = _decode(pair[0], buffers, resolve, depth + 1)
             try:
-                result[key] = decode(pair[1], buffers, resolve, depth + 1)
+                result[key] = _decode(pair[1], buffers, resolve, depth + 1)
             except TypeError:
                 raise ProtocolError("a dictionary key that cannot be hashed") from None
         return result
     if "set" in tree:
         try:
-            return {decode(v, buffers, resolve, depth + 1) for v in tree["set"]}
+            return {_decode(v, buffers, resolve, depth + 1) for v in tree["set"]}
         except TypeError:
             raise ProtocolError("a set item that cannot be hashed") from None
     if "array" in tree:
