@@ -162,7 +162,7 @@ def one_hot(ids: np.ndarray | Sequence, depth: int) -> np.ndarray:
     return np.eye(depth, dtype=np.float32)[ids]
 
 
-#: The three sentences of the word-box game (source 004), already split into words.
+#: The three sentences of the word-box game (seed 004), already split into words.
 WORD_BOX_SENTENCES = ["I went to the beach", "It was cold", "I came back to the house"]
 
 
