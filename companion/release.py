@@ -3,8 +3,10 @@ DEST``).
 
 The release is what a student's repository starts from (a GitHub Classroom template, say): the chapters, the
 exercise notebooks, the companion package with its checks, the book's pages and configuration, the data, and the
-grading workflow. It leaves out the reference answers (``solutions/``), the tests (their tables of typical mistakes
-hold wrong *and* right answers), the benchmarks, the instructor's file (``grading.toml``) and the developer tools.
+grading workflow, and the benchmarks with their multi-seed results (chapters 7-9 read those results and check that
+the code behind them is the code shipped). It leaves out the reference answers (``solutions/``), the tests (their
+tables of typical mistakes hold wrong *and* right answers), the instructor's file (``grading.toml``) and the
+developer tools.
 A student README and Makefile replace the course's (no ``make test``, no ``make exercises``: both need the
 solutions).
 
@@ -32,7 +34,7 @@ else:  # pragma: no cover - Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Shipped: files under these folders, and these files.
-INCLUDE_DIRS = ("notebooks", "exercises", "companion", "book", "data")
+INCLUDE_DIRS = ("notebooks", "exercises", "companion", "book", "data", "benchmarks")
 # actionlint.yaml names grade.yml's self-hosted runner labels, so the release's workflow lints clean on its own.
 INCLUDE_FILES = ("_config.yml", "_toc.yml", "pyproject.toml", ".gitignore", ".github/workflows/grade.yml",
                  ".github/actionlint.yaml")

@@ -45,8 +45,11 @@ def _grade(dest: Path, folder: Path, tmp: Path) -> dict:
 def test_the_release_ships_the_course_but_no_answers_and_no_instructor_files(built):
     dest, written = built
     top = {name.split("/", 1)[0] for name in written}
-    assert {"notebooks", "exercises", "companion", "book", "data", ".github", "_config.yml", "_toc.yml"} <= top
-    for absent in ("solutions", "tests", "benchmarks", "grading.toml", "CONTRIBUTING.md", ".ci",
+    assert {"notebooks", "exercises", "companion", "book", "data", "benchmarks", ".github", "_config.yml",
+            "_toc.yml"} <= top
+    assert {p.name for p in (ROOT / "benchmarks/results").glob("*.json")} == \
+        {p.name for p in (dest / "benchmarks/results").glob("*.json")}           # the evidence chapters 7-9 read
+    for absent in ("solutions", "tests", "grading.toml", "CONTRIBUTING.md", ".ci",
                    "companion/release.py", "companion/grade/synthetic.py", "companion/grade/mutant_source.py"):
         assert not (dest / absent).exists(), absent
     assert (dest / ".github/workflows/grade.yml").read_bytes() == (ROOT / ".github/workflows/grade.yml").read_bytes()
