@@ -1,20 +1,19 @@
-"""Multi-seed evidence that the chapters cite: a result file in ``benchmarks/results/`` records where its numbers
-come from, and a test (``tests/test_evidence.py``) fails when the code they depend on has changed since.
+"""Multi-seed evidence that the chapters cite: a result file in ``benchmarks/results/`` records where its numbers come
+from, and a test (``tests/test_evidence.py``) fails when the code they depend on has changed since.
 
 A benchmark writes its results with ``write_evidence``::
 
     write_evidence("benchmarks/results/translation_seeds.json", results,
                    seeds=[0, 1, 2, 3, 4], code=["companion/training.py", "companion/torch/model.py"])
 
-The file holds ``{"provenance": {...}, "results": results}``. The provenance names the command, the seeds, the
-date, the machine, the versions of Python, NumPy, PyTorch, TensorFlow and Keras, and a SHA-256 of each listed
-code file (paths relative to the repository, folders taken whole). A Python file is hashed by its syntax tree
-without docstrings, so an edit of a comment or a docstring leaves the evidence valid and any change of what the
-code does makes it stale. ``data`` names inputs whose hashes are recorded but not checked: the course's own pages
-that chapter 8's corpus is made of change with every prose edit, and the chapters' claims must hold for any such
-edit anyway. A chapter reads ``results`` with ``read_evidence``; ``stale_code`` says which code files changed
-since the file was written.
-"""
+The file holds ``{"provenance": {...}, "results": results}``. The provenance names the command, the seeds, the date,
+the machine, the versions of Python, NumPy, PyTorch, TensorFlow and Keras, and a SHA-256 of each listed code file
+(paths relative to the repository, folders taken whole). A Python file is hashed by its syntax tree without
+docstrings, a MyST notebook by its code cells and another result file by its results, so an edit of a comment, a
+docstring or a chapter's prose leaves the evidence valid and any change of what the code does makes it stale.
+``data`` names inputs whose hashes are recorded but not checked: the course's own pages that chapter 8's corpus is
+made of change with every prose edit, and the chapters' claims must hold for any such edit anyway. A chapter reads
+``results`` with ``read_evidence``; ``stale_code`` says which code files changed since the file was written."""
 
 from __future__ import annotations
 
@@ -45,8 +44,10 @@ def _files(code: list[str]) -> list[Path]:
     return files
 
 
-#: How code files are hashed; a result file without a "hashing" entry was hashed byte for byte.
-HASHING = "python-ast"
+#: How code files are hashed; a result file without a "hashing" entry was hashed byte for byte, and one with
+#: "python-ast" hashed notebooks byte for byte.
+HASHING = "python-ast+notebook-code"
+HASHINGS = ("bytes", "python-ast", HASHING)
 
 
 def _without_docstrings(source: bytes) -> bytes:
@@ -60,10 +61,27 @@ def _without_docstrings(source: bytes) -> bytes:
     return ast.dump(tree).encode()
 
 
+def _notebook_code(source: bytes) -> bytes:
+    """The code cells of a MyST notebook (their source and metadata), in order: what executing it runs."""
+    import jupytext
+
+    notebook = jupytext.reads(source.decode(), fmt="md:myst")
+    cells = [{"source": cell.source, "metadata": dict(cell.metadata)}
+             for cell in notebook.cells if cell.cell_type == "code"]
+    return json.dumps(cells, sort_keys=True).encode()
+
+
 def _digest(path: Path, hashing: str) -> str:
+    if hashing not in HASHINGS:
+        raise ValueError(f"hashing: expected one of {HASHINGS}, got {hashing!r}")
     content = path.read_bytes()
-    if hashing == "python-ast" and path.suffix == ".py":
+    if hashing != "bytes" and path.suffix == ".py":
         content = _without_docstrings(content)
+    elif hashing == HASHING and path.suffix == ".md" and content.startswith(b"---\njupytext:"):
+        content = _notebook_code(content)
+    elif hashing == HASHING and path.suffix == ".json" and path.parent == RESULTS:
+        # another result file: what a claim rests on is its results, not when or how its hashes were recorded
+        content = json.dumps(json.loads(content)["results"], sort_keys=True).encode()
     return hashlib.sha256(content).hexdigest()
 
 
@@ -116,3 +134,35 @@ def stale_code(evidence: dict[str, Any]) -> list[str]:
     now = code_hashes([name for name in recorded if (ROOT / name).is_file()], hashing)
     changed = [name for name, digest in recorded.items() if now.get(name) != digest]
     return sorted(set(changed) | set(folders))
+
+
+def rehash(path: str | Path) -> list[str]:
+    """Record ``path``'s code hashes in the current ``HASHING`` after checking them in the recorded one.
+
+    Nothing is recomputed: the results stay as they are, and the file is rewritten only when every recorded hash
+    still matches (otherwise the stale files are returned and the file is left alone). The provenance keeps the
+    former mode under ``rehashed_from``.
+    """
+    path = Path(path)
+    evidence = json.loads(path.read_text())
+    stale = stale_code(evidence)
+    if stale:
+        return stale
+    provenance = evidence["provenance"]
+    former = provenance.get("hashing", "bytes")
+    if former != HASHING:
+        provenance["code"] = code_hashes(list(provenance["code"]), HASHING)
+        provenance["hashing"] = HASHING
+        provenance["rehashed_from"] = former
+        path.write_text(json.dumps(evidence, indent=1) + "\n")
+    return []
+
+
+if __name__ == "__main__":
+    # python benchmarks/evidence.py rehash FILE ...: move result files to the current hashing, checking first.
+    if len(sys.argv) < 3 or sys.argv[1] != "rehash":
+        sys.exit("usage: python benchmarks/evidence.py rehash RESULT_FILE ...")
+    failed = {name: rehash(name) for name in sys.argv[2:]}
+    for name, stale in failed.items():
+        print(f"{name}: " + (f"NOT rehashed, stale code: {', '.join(stale)}" if stale else "hashes checked, rehashed"))
+    sys.exit(1 if any(failed.values()) else 0)

@@ -55,3 +55,41 @@ def test_claims_table_names_the_failing_seeds():
     rows, text = claims_by_seed.table(runs)
     assert rows == [{"claim": "beam helps", "fails": [1], "holds": [0], "printed": {"0": "1 > 0", "1": "0 > 1"}}]
     assert "FAILS for seeds [1]" in text and "seed 1, cell 3: AssertionError" in text
+
+
+NOTEBOOK = """---
+jupytext:
+  text_representation:
+    format_name: myst
+kernelspec:
+  name: python3
+  display_name: Python 3
+---
+
+# A chapter
+
+Some prose.
+
+```{code-cell} ipython3
+x = 1
+```
+"""
+
+
+def test_a_notebook_is_hashed_by_its_code_cells_and_rehash_checks_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(evidence, "ROOT", tmp_path)
+    chapter = tmp_path / "chapter.md"
+    chapter.write_text(NOTEBOOK)
+    data = json.loads(evidence.write_evidence(tmp_path / "r.json", {}, seeds=[0], code=["chapter.md"]).read_text())
+    chapter.write_text(NOTEBOOK.replace("Some prose.", "Other prose, same code."))
+    assert evidence.stale_code(data) == []
+    chapter.write_text(NOTEBOOK.replace("x = 1", "x = 2"))
+    assert evidence.stale_code(data) == ["chapter.md"]
+    # an old byte-hashed file moves to the current hashing only while its hashes still hold
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"provenance": {"code": evidence.code_hashes(["chapter.md"], "bytes")}, "results": {}}))
+    assert evidence.rehash(old) == []
+    assert json.loads(old.read_text())["provenance"]["rehashed_from"] == "bytes"
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({"provenance": {"code": {"chapter.md": "0" * 64}}, "results": {}}))
+    assert evidence.rehash(stale) == ["chapter.md"] and "rehashed_from" not in stale.read_text()
