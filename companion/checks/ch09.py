@@ -17,8 +17,19 @@ from companion.reference.attention import scaled_dot_product_attention
 from companion.reference.modern import interleave_permutation, rotary_embedding_interleaved
 
 CHAPTER = "09_modern_decoder"
+#: Keras Hub and Hugging Face transformers implement every block of this chapter: no answer may use them. The
+#: source scan matches a name exactly (``keras_hub.layers`` also catches ``keras_hub.layers.Anything`` written
+#: out, and ``from keras_hub import layers``); the classes and functions listed are also tripwires in the
+#: student's process, whatever path reached them.
+KERAS_HUB_SHORTCUTS = ("keras_hub.layers", "keras_hub.models", "keras_hub.src", "keras_hub.layers.RotaryEmbedding",
+                       "keras_hub.layers.RMSNormalization")
+_LLAMA = "transformers.models.llama.modeling_llama"
+TRANSFORMERS_SHORTCUTS = ("transformers.models", "transformers.LlamaForCausalLM", "transformers.LlamaModel",
+                          f"{_LLAMA}.LlamaRMSNorm", f"{_LLAMA}.LlamaRotaryEmbedding", f"{_LLAMA}.rotate_half",
+                          f"{_LLAMA}.apply_rotary_pos_emb", f"{_LLAMA}.repeat_kv", f"{_LLAMA}.LlamaMLP")
+LIBRARY_SHORTCUTS = KERAS_HUB_SHORTCUTS + TRANSFORMERS_SHORTCUTS
 RMS_NORM_SHORTCUTS = ("torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "keras.ops.rms_normalization",
-                      "keras.layers.RMSNormalization")
+                      "keras.layers.RMSNormalization", *LIBRARY_SHORTCUTS)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Exercise 1: RMSNorm
@@ -99,7 +110,8 @@ def _halves(x):
     return x[..., :half], x[..., half:]
 
 
-@exercise(CHAPTER, "rotate_half", "(x1, x2) -> (-x2, x1) on the two halves of the last axis")
+@exercise(CHAPTER, "rotate_half", "(x1, x2) -> (-x2, x1) on the two halves of the last axis",
+          shortcuts=LIBRARY_SHORTCUTS)
 def check_rotate_half(rotate_half) -> None:
     generator = rng(91)
     for shape in [(4,), (2, 3, 8), (1, 2, 5, 16), (3, 2)]:
@@ -141,7 +153,8 @@ def _rope(x, offset, base, exponent=2, sign=1, use_offset=True):
     return x * cos + sign * np.concatenate([-x2, x1], axis=-1) * sin
 
 
-@exercise(CHAPTER, "apply_rope", "rotate the half-split pairs of x by position * base**(-2i / head_dim)")
+@exercise(CHAPTER, "apply_rope", "rotate the half-split pairs of x by position * base**(-2i / head_dim)",
+          shortcuts=LIBRARY_SHORTCUTS)
 def check_apply_rope(apply_rope) -> None:
     generator = rng(92)
     for shape, offset, base in [((1, 2, 5, 8), 0, 10000.0), ((2, 1, 3, 4), 7, 10000.0), ((6, 16), 2, 100.0),
@@ -211,12 +224,14 @@ def _check_swiglu(swiglu, track: str) -> None:
         expect_differentiable(swiglu, args, f"{name}(x, w1, w2, w3)", (0, 1, 2, 3), track=track)
 
 
-@exercise(CHAPTER, "swiglu_torch", "(silu(x W1) * x W3) W2, in PyTorch", track="torch")
+@exercise(CHAPTER, "swiglu_torch", "(silu(x W1) * x W3) W2, in PyTorch", track="torch",
+          shortcuts=LIBRARY_SHORTCUTS)
 def check_swiglu_torch(swiglu_torch) -> None:
     _check_swiglu(swiglu_torch, "torch")
 
 
-@exercise(CHAPTER, "swiglu_keras", "(silu(x W1) * x W3) W2, in Keras", track="keras")
+@exercise(CHAPTER, "swiglu_keras", "(silu(x W1) * x W3) W2, in Keras", track="keras",
+          shortcuts=LIBRARY_SHORTCUTS)
 def check_swiglu_keras(swiglu_keras) -> None:
     _check_swiglu(swiglu_keras, "keras")
 
@@ -226,7 +241,8 @@ def check_swiglu_keras(swiglu_keras) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@exercise(CHAPTER, "expand_kv_heads", "repeat each key/value head for the group of query heads that reads it")
+@exercise(CHAPTER, "expand_kv_heads", "repeat each key/value head for the group of query heads that reads it",
+          shortcuts=LIBRARY_SHORTCUTS)
 def check_expand_kv_heads(expand_kv_heads) -> None:
     generator = rng(94)
     for shape, group in [((1, 2, 3, 4), 2), ((2, 3, 2, 2), 4), ((1, 1, 5, 3), 6), ((2, 4, 1, 2), 1),
@@ -261,7 +277,8 @@ def _band(length, low, high):
     return ((offset >= low) & (offset <= high))[None, None]
 
 
-@exercise(CHAPTER, "window_mask", "bool (1, 1, n, n): query i sees keys i - window + 1 .. i (True = may attend)")
+@exercise(CHAPTER, "window_mask", "bool (1, 1, n, n): query i sees keys i - window + 1 .. i (True = may attend)",
+          shortcuts=LIBRARY_SHORTCUTS)
 def check_window_mask(window_mask) -> None:
     for length, window in [(6, 3), (5, 1), (4, 10), (8, 4), (7, 2)]:
         answer = call(window_mask, length, window)
@@ -317,7 +334,7 @@ def _online(q, k, v, block_size, rescale_sum=True, rescale_acc=True):
 
 
 @exercise(CHAPTER, "fixed_online_attention", "find the bug: attention block by block with a running max and sum",
-          shortcuts=ATTENTION_SHORTCUTS)
+          shortcuts=ATTENTION_SHORTCUTS + LIBRARY_SHORTCUTS)
 def check_fixed_online_attention(fixed_online_attention) -> None:
     generator = rng(95)
     for (batch, q_len, k_len, depth), block in [((1, 3, 8, 4), 3), ((2, 4, 9, 2), 4), ((1, 2, 5, 3), 1),
@@ -348,7 +365,8 @@ def check_fixed_online_attention(fixed_online_attention) -> None:
 
 
 @exercise(CHAPTER, "permute_for_half_split",
-          "reorder each head's output columns of W (even ones, then odd ones) for the half-split layout")
+          "reorder each head's output columns of W (even ones, then odd ones) for the half-split layout",
+          shortcuts=LIBRARY_SHORTCUTS)
 def check_permute_for_half_split(permute_for_half_split) -> None:
     generator = rng(96)
     for d_model, num_heads, head_dim in [(4, 2, 4), (6, 3, 2), (8, 1, 8), (5, 2, 6)]:
@@ -379,7 +397,8 @@ def check_permute_for_half_split(permute_for_half_split) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@exercise(CHAPTER, "gqa_cache_bytes", "predict: key/value cache bytes with num_kv_heads key/value heads")
+@exercise(CHAPTER, "gqa_cache_bytes", "predict: key/value cache bytes with num_kv_heads key/value heads",
+          shortcuts=LIBRARY_SHORTCUTS)
 def check_gqa_cache_bytes(gqa_cache_bytes) -> None:
     # A 4-byte case first: with 2 bytes per number, "only the keys" and "numbers, not bytes" give the same count.
     for layers, heads, kv_heads, head_dim, tokens, size in [(2, 4, 1, 16, 10, 4), (80, 64, 8, 128, 4096, 2),
