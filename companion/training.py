@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .text import check_shared_vocabulary
+
 
 def warmup_learning_rate(
     step: int | np.ndarray, d_model: int, warmup_steps: int = 4000, factor: float = 1.0
@@ -179,12 +181,8 @@ def transformer_parameter_count(
     encoder_layer = attention + ffn + 2 * norm
     decoder_layer = 2 * attention + ffn + 3 * norm
     final_norms = 2 * norm if norm_first else 0
+    check_shared_vocabulary(shared_embeddings, src_vocab_size, tgt_vocab_size)
     if shared_embeddings:
-        if src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                "shared_embeddings=True needs one joint vocabulary: src_vocab_size must equal tgt_vocab_size; got "
-                f"{src_vocab_size} and {tgt_vocab_size}"
-            )
         embeddings, generator = src_vocab_size * d_model, tgt_vocab_size
     else:
         embeddings = (src_vocab_size + tgt_vocab_size) * d_model
