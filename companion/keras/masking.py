@@ -41,8 +41,14 @@ def padding_mask(ids, pad_id: int = 0):
     return ops.expand_dims(ops.not_equal(ids, pad_id), (1, 2))
 
 
-def causal_mask(length: int):
-    """bool ``(1, 1, length, length)``: query ``i`` may attend to keys ``0..i`` (lower triangle, diagonal included)."""
+def causal_mask(length: int, device: str | None = None):
+    """bool ``(1, 1, length, length)``: query ``i`` may attend to keys ``0..i`` (lower triangle, diagonal included).
+
+    ``device`` (a Keras device string such as ``"cpu:0"``) places the mask there; None keeps the current device.
+    """
+    if device is not None:
+        with keras.device(device):
+            return causal_mask(length)
     positions = ops.arange(length)
     allowed = ops.expand_dims(positions, 1) >= ops.expand_dims(positions, 0)  # row (query) >= column (key)
     return ops.expand_dims(allowed, (0, 1))

@@ -23,6 +23,11 @@ from __future__ import annotations
 import torch
 
 
+def most_negative(dtype: torch.dtype) -> float:
+    """The most negative finite number of a float dtype: -65504 for float16, about -3.4e38 for float32."""
+    return torch.finfo(dtype).min
+
+
 def padding_mask(ids: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     """ids ``(batch, key_len)`` -> bool ``(batch, 1, 1, key_len)``, True where the token is not padding.
 
@@ -62,4 +67,4 @@ def to_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
 
 def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Our mask -> a float mask to *add* to the scores: 0 where allowed, the dtype's most negative value where not."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, most_negative(dtype))
