@@ -29,7 +29,7 @@ class Vocabulary:
     """A two-way mapping between tokens and integer ids.
 
     Id 0 is always the padding token. Further special tokens (unknown, start and end of sequence) are optional
-    and take the next ids, so the seed's word-box example (``specials=()``) numbers its words from 1.
+    and take the next ids, so source 004's word-box example (``specials=()``) numbers its words from 1.
 
     Args:
         tokens: the ordinary tokens, in the order they get their ids (duplicates are ignored).

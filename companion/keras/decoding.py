@@ -16,7 +16,7 @@ from keras import ops
 
 from ..data import decode_ids, encode_sentences
 from ..decoding import batch_beam_search_from_scores, beam_search_from_scores
-from ..text import Vocabulary
+from ..text import Vocabulary, pad_batch
 from .device import default_device
 from .kv_cache import cached_beam_scorer, cross_attention_cache, decode_cached
 from .model import Transformer
@@ -158,11 +158,7 @@ def beam_search(
 
         scorer = cached_beam_scorer(model, memory, src_mask) if use_cache else next_log_probs
         results.append(beam_search_from_scores(scorer, bos_id, eos_id, beam_size, limit, length_penalty))
-    width = max(len(r) for r in results)
-    out = np.full((len(results), width), model.pad_id, dtype="int32")
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = tokens
-    return ops.convert_to_tensor(out)
+    return ops.convert_to_tensor(pad_batch(results, pad_id=model.pad_id).astype("int32"))  # PAD after </s>
 
 
 def translate(
@@ -224,8 +220,4 @@ def batch_beam_search(
     results = batch_beam_search_from_scores(
         next_log_probs, src.shape[0], bos_id, eos_id, beam_size, limit, length_penalty
     )
-    width = max(len(r) for r in results)
-    out = np.full((len(results), width), model.pad_id, dtype="int32")
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = tokens
-    return ops.convert_to_tensor(out)
+    return ops.convert_to_tensor(pad_batch(results, pad_id=model.pad_id).astype("int32"))  # PAD after </s>

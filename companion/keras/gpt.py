@@ -43,7 +43,7 @@ register = keras.saving.register_keras_serializable(package="companion")
 class GPTBlock(keras.layers.Layer):
     """Masked self-attention then the feed-forward network, each inside a pre-LN Add & Norm.
 
-    It is the encoder layer of chapter 5 with ``norm_first=True``, run under a causal mask.
+    It is the encoder layer of chapter 6 with ``norm_first=True``, run under a causal mask.
 
     Args:
         d_model, num_heads, d_ff: as for the Transformer's layers.

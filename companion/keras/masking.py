@@ -10,8 +10,8 @@ where                                                 True / 1 means  from our m
 ``keras.layers.MultiHeadAttention``                   may attend      ``to_keras_mha_mask(mask)``
 ``keras.ops.dot_product_attention``                   may attend      ``mask`` (heads on axis 2 there)
 ``torch.nn.MultiheadAttention``                       blocked         ``~mask``
-additive masks of seed document 004                   blocked         ``1 - mask``, times -1e9, added
-boolean masks of seed document 003                    blocked         ``~mask``, filled with -inf
+additive masks of source document 004                 blocked         ``1 - mask``, times -1e9, added
+boolean masks of source document 003                  blocked         ``~mask``, filled with -inf
 ====================================================  ==============  ======================================
 
 An additive ``-1e9`` overflows to ``-inf`` in float16, and ``-inf`` turns a row with every key masked into NaN

@@ -180,6 +180,7 @@ class Trainer(EpochLoop):
             small: the steps themselves took the same time with and without it.
 
     ``history`` holds lists: ``step``, ``loss``, ``lr`` (one entry per update) and ``val_step``, ``val_loss``.
+    ``fit`` (the epoch loop) is :class:`companion.training.EpochLoop`'s, the same for the PyTorch trainer.
     """
 
     progress_label = "keras"  # the progress bar's name

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..data import decode_ids, encode_sentences
 from ..decoding import batch_beam_search_from_scores, beam_search_from_scores
-from ..text import Vocabulary
+from ..text import Vocabulary, pad_batch
 from .kv_cache import cached_beam_scorer, cross_attention_cache, decode_cached
 
 
@@ -113,11 +113,7 @@ def beam_search(
         scorer = cached_beam_scorer(model, memory, src_mask) if use_cache else next_log_probs
         results.append(beam_search_from_scores(scorer, bos_id, eos_id, beam_size, limit, length_penalty))
     model.train(was_training)
-    width = max(len(r) for r in results)
-    out = torch.full((len(results), width), model.pad_id, dtype=torch.long, device=device)
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
-    return out
+    return torch.as_tensor(pad_batch(results, pad_id=model.pad_id), device=device)  # int64, PAD after </s>
 
 
 def translate(
@@ -178,8 +174,4 @@ def batch_beam_search(
         next_log_probs, src.shape[0], bos_id, eos_id, beam_size, limit, length_penalty
     )
     model.train(was_training)
-    width = max(len(r) for r in results)
-    out = torch.full((len(results), width), model.pad_id, dtype=torch.long, device=device)
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
-    return out
+    return torch.as_tensor(pad_batch(results, pad_id=model.pad_id), device=device)  # int64, PAD after </s>

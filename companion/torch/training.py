@@ -83,6 +83,7 @@ class Trainer(EpochLoop):
         device: where to train; default ``default_device()``.
 
     ``history`` holds lists: ``step``, ``loss``, ``lr`` (one entry per update) and ``val_step``, ``val_loss``.
+    ``fit`` (the epoch loop) is :class:`companion.training.EpochLoop`'s, the same for the Keras trainer.
     """
 
     progress_label = "torch"  # the progress bar's name
