@@ -58,15 +58,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 exercises: $(STAMP)
-	$(PY) -m companion.exercises solutions exercises
+	$(PY) -m companion.instructor.exercises solutions exercises
 
 grade: $(STAMP)
 	$(PY) -m companion.grade exercises $(if $(TRACK),--track $(TRACK))
 
-# The student edition: chapters, exercises, companion, book, grading workflow; no solutions/ and no tests/.
+# The student edition: chapters, exercises, companion, book, grading workflow; no solutions/, no tests/, no
+# companion/instructor/.
 release: $(STAMP)
 	@test -n "$(DEST)" || (echo "usage: make release DEST=../course-student (a new or empty folder)" && exit 2)
-	$(PY) -m companion.release "$(DEST)"
+	$(PY) -m companion.instructor.release "$(DEST)"
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --to ipynb notebooks/*.md solutions/*.md exercises/*.md

@@ -1,6 +1,6 @@
 """How fast a class is graded, and where the time goes: a synthetic class, every chapter, ``companion.grade class``.
 
-The class (companion/grade/synthetic.py) mixes right answers, stubs, typical mistakes and broken students (a
+The class (companion/instructor/synthetic.py) mixes right answers, stubs, typical mistakes and broken students (a
 missing notebook, a non-UTF-8 file, a cut-off .ipynb, an answer that loops until the time limit). The script
 prints the students graded per minute and a breakdown of the time, summed over the students (seconds of a job
 slot, so the sum is about ``--jobs`` times the wall time):
@@ -34,8 +34,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from companion.grade import classroom, synthetic  # noqa: E402
+from companion.grade import classroom  # noqa: E402
 from companion.grade.gradebook import Settings  # noqa: E402
+from companion.instructor import synthetic  # noqa: E402
 
 
 def breakdown(out: Path) -> dict[str, float]:

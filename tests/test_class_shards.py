@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from companion.checks import exercises_for
-from companion.grade import classroom, gradebook, merge, synthetic
+from companion.grade import classroom, gradebook, merge
+from companion.instructor import synthetic
 
 CHAPTER = "01_text_as_numbers"
 KINDS = ("solution", "mutant", "not_utf8", "empty", "solution")

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from companion.checks import exercises_for
-from companion.grade import classroom, classworker, gradebook, synthetic
+from companion.grade import classroom, classworker, gradebook
 from companion.grade.gradebook import Settings
+from companion.instructor import synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "01_text_as_numbers"

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from companion import exercises
 from companion.checks import CheckFailed, exercises_for, registry, run_check
+from companion.instructor import exercises
 from companion.notebook_code import load_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,7 +213,7 @@ def _gradient_rows_of_the_batch(ids, upstream, vocab_size):
     return _gradient_right(ids, upstream, int(ids.max()) + 1)
 
 
-# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+# The mistake classes of the catalogue (companion.instructor.synthetic.mistake_classes counts them).
 NAMED_INPUTS = [
     ("one_hot_batch", _one_hot_pad_empty, "your PAD vectors are all zeros"),
     ("embedding_gradient", _gradient_rows_of_the_batch, "a row only up to the largest id of the batch"),

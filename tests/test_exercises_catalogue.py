@@ -1,5 +1,5 @@
 """The committed catalogue of typical mistakes, as a whole: every exercise has its mutants, and every mutant can be
-handed to a student's process as self-contained source (companion/grade/mutant_source.py) and still fails there
+handed to a student's process as self-contained source (companion/instructor/mutant_source.py) and still fails there
 with the message it is committed with.
 
 The per-chapter tests (test_exercises*.py) run each mistake in this process; here each is written as source, kept
@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from companion.checks import CheckFailed, registry, run_check
-from companion.grade import synthetic
-from companion.grade.mutant_source import NotRenderable, render
+from companion.instructor import synthetic
+from companion.instructor.mutant_source import NotRenderable, render
 from companion.notebook_code import definitions
 
 MINIMUM_PER_EXERCISE = 3

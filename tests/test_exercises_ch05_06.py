@@ -459,7 +459,7 @@ def _count_as_float(d_model, d_ff, num_heads):
     return float(_count()(d_model, d_ff, num_heads))
 
 
-# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+# The mistake classes of the catalogue (companion.instructor.synthetic.mistake_classes counts them).
 NEW_TYPES = [
     ("encoder_input_torch", lambda: _torch_input(as_numpy=True), "should be a torch.Tensor; got ndarray"),
     ("encoder_input_keras", lambda: _keras_input(as_numpy=True), "should be a Keras tensor"),

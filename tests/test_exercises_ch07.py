@@ -300,7 +300,7 @@ def _best(kind):
     return best_hypothesis
 
 
-# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+# The mistake classes of the catalogue (companion.instructor.synthetic.mistake_classes counts them).
 NAMED_INPUTS = [
     ("greedy_decode_torch", _greedy_torch(pad_zero=True), "which is 1 for this model; yours filled with 0"),
     ("greedy_decode_keras", _greedy_keras_pad_zero, "which is 1 for this model; yours filled with 0"),

@@ -329,7 +329,7 @@ CH08_MISTAKES += [
     ("kv_cache_bytes", lambda: _cache("gib"), "is an int; got float"),
 ]
 
-# The mistake classes of the catalogue (companion.grade.synthetic.mistake_classes counts them).
+# The mistake classes of the catalogue (companion.instructor.synthetic.mistake_classes counts them).
 NAMED_INPUTS = [
     ("bpe_merge", lambda: _merge_as_text, "merged their digits as text"),
     ("best_pair", lambda: _best_pair(none="max of nothing"), "return None when no word has two tokens"),

@@ -23,9 +23,9 @@ import jupytext
 import pytest
 
 from companion.checks import CheckFailed, exercises_for, registry, run_check
-from companion.exercises import find_the_bug_symbols
 from companion.grade import FAILED, PASSED, SKIPPED, grade, write_junit
 from companion.grade.__main__ import main, parser
+from companion.instructor.exercises import find_the_bug_symbols
 from companion.notebook_code import code_cells, definitions
 
 ROOT = Path(__file__).resolve().parents[1]

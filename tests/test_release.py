@@ -50,8 +50,12 @@ def test_the_release_ships_the_course_but_no_answers_and_no_instructor_files(bui
     assert {p.name for p in (ROOT / "benchmarks/results").glob("*.json")} == \
         {p.name for p in (dest / "benchmarks/results").glob("*.json")}           # the evidence chapters 7-9 read
     for absent in ("solutions", "tests", "grading.toml", "CONTRIBUTING.md", ".ci",
-                   "companion/release.py", "companion/grade/synthetic.py", "companion/grade/mutant_source.py"):
+                   "companion/instructor"):
         assert not (dest / absent).exists(), absent
+    # The instructor's tools are left out as a folder: every module in it, this one and any added later.
+    assert (ROOT / "companion/instructor/release.py").exists()
+    assert not [name for name in written if name.startswith("companion/instructor")]
+    assert "companion/grade/__init__.py" in written and "companion/checks/__init__.py" in written
     assert (dest / ".github/workflows/grade.yml").read_bytes() == (ROOT / ".github/workflows/grade.yml").read_bytes()
     assert sorted(p.name for p in (dest / "exercises").glob("*.md")) == \
         sorted(p.name for p in (ROOT / "solutions").glob("*.md"))

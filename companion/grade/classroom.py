@@ -51,9 +51,9 @@ NOTEBOOK_SUFFIXES = (".md", ".ipynb")
 #: Seconds allowed to a grader process beyond its steps' time limits (start-up: importing the frameworks).
 STARTUP_ALLOWANCE = 300.0
 _LOG_LIMIT = 200_000
-#: Files that turn reports into points and class files, or build test classes: they change no student's report.
-_OWN_FILES = {"classroom.py", "gradebook.py", "synthetic.py", "mutant_source.py", "policy.py", "exports.py",
-              "classreport.py", "merge.py"}
+#: Files that turn reports into points and class files: they change no student's report (nor does anything in
+#: companion/instructor/, which builds test classes and the student edition).
+_OWN_FILES = {"classroom.py", "gradebook.py", "policy.py", "exports.py", "classreport.py", "merge.py"}
 
 
 _RUNNING: set[subprocess.Popen | ForkedGrader] = set()  # the graders running now, stopped on Ctrl-C
@@ -100,7 +100,7 @@ def grading_code_hash() -> str:
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
     for path in sorted(package.rglob("*.py")):
-        if path.parent.name == "grade" and path.name in _OWN_FILES:
+        if path.parent.name == "grade" and path.name in _OWN_FILES or path.parent.name == "instructor":
             continue
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

@@ -1,4 +1,4 @@
-"""A synthetic class of students, for the class grader's tests and benchmark (a development tool; not shipped).
+"""A synthetic class of students, for the class grader's tests and benchmark (an instructor's tool; not shipped).
 
 ``build_class(dest, students=40)`` writes ``dest/STUDENT/exercises/*.md``: every student is made from the course's
 own material, so the expected grade of every exercise is known in advance:
@@ -8,14 +8,14 @@ own material, so the expected grade of every exercise is known in advance:
 - ``mutant``: the reference answers with a few answers replaced by the typical mistakes committed in
   ``tests/test_exercises*.py``. The sandbox shows the student's process neither ``tests/`` nor the course's
   package, so each mistake is written into the notebook as self-contained source
-  (:mod:`companion.grade.mutant_source`): its factory with the bound arguments and its helpers, under names of
+  (:mod:`companion.instructor.mutant_source`): its factory with the bound arguments and its helpers, under names of
   their own, and a ``def`` (or ``class``) with the exercise's name that uses them. Mistakes that cannot be
   written as source are never picked;
 - broken students: ``missing`` (some notebooks absent), ``empty`` (no notebook at all), ``not_utf8`` (a notebook
   saved as Latin-1), ``not_json`` (an ``.ipynb`` cut off in the middle), ``not_notebook`` (a ``.md`` with prose
   and no code) and ``endless`` (an answer that loops forever).
 
-``python -m companion.grade.synthetic DEST [--students N] [--chapters A,B]`` writes a class and its manifest
+``python -m companion.instructor.synthetic DEST [--students N] [--chapters A,B]`` writes a class and its manifest
 (``DEST/manifest.json``: per student, its kind and the exercises expected to pass).
 """
 
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from companion.checks import exercises_for, registry
-from companion.exercises import make_exercise
 
+from .exercises import make_exercise
 from .mutant_source import NotRenderable, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,7 +249,8 @@ def build_class(dest: str | Path, students: int = 40, chapters: list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m companion.grade.synthetic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m companion.instructor.synthetic",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("dest", type=Path, nargs="?", help="folder to write the class into")
     parser.add_argument("--students", type=int, default=40)
     parser.add_argument("--chapters", help="comma-separated chapter names (default: every chapter)")

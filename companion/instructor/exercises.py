@@ -19,7 +19,7 @@ after a ``### STUB`` line::
 and the stub holds those lines uncommented. In prose, a block between
 ``<!-- BEGIN SOLUTION -->`` and ``<!-- END SOLUTION -->`` becomes a prompt for the student's answer.
 
-Usage: ``python -m companion.exercises SOLUTIONS_DIR EXERCISES_DIR [--check]``
+Usage: ``python -m companion.instructor.exercises SOLUTIONS_DIR EXERCISES_DIR [--check]``
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Write the student release of the course: ``make release DEST=../course-student`` (or ``python -m companion.release
-DEST``).
+"""Write the student release of the course: ``make release DEST=../course-student`` (or
+``python -m companion.instructor.release DEST``).
 
 The release is what a student's repository starts from (a GitHub Classroom template, say): the chapters, the
 exercise notebooks, the companion package with its checks, the book's pages and configuration, the data, and the
 grading workflow, and the benchmarks with their multi-seed results (chapters 7-9 read those results and check that
 the code behind them is the code shipped). It leaves out the reference answers (``solutions/``), the tests (their
 tables of typical mistakes hold wrong *and* right answers), the instructor's file (``grading.toml``) and the
-developer tools.
+instructor's tools (``companion/instructor/``, this module among them).
 A student README and Makefile replace the course's (no ``make test``, no ``make exercises``: both need the
 solutions).
 
@@ -25,21 +25,21 @@ import sys
 import textwrap
 from pathlib import Path
 
-from companion.exercises import CODE_BLOCK, PROSE_BLOCK
+from .exercises import CODE_BLOCK, PROSE_BLOCK
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Shipped: files under these folders, and these files.
 INCLUDE_DIRS = ("notebooks", "exercises", "companion", "book", "data", "benchmarks")
 # actionlint.yaml names grade.yml's self-hosted runner labels, so the release's workflow lints clean on its own.
 INCLUDE_FILES = ("_config.yml", "_toc.yml", "pyproject.toml", ".gitignore", ".github/workflows/grade.yml",
                  ".github/actionlint.yaml")
-#: Never shipped, even under an included folder: instructor and developer tools.
-EXCLUDE_FILES = ("companion/release.py", "companion/grade/synthetic.py", "companion/grade/mutant_source.py")
+#: Never shipped, even under an included folder: the instructor's tools (this module among them), whole.
+EXCLUDE_DIRS = ("companion/instructor",)
 TEXT_SUFFIXES = {".md", ".py", ".yml", ".yaml", ".toml", ".txt", ".tsv", ".json", ".cfg", ".bib", ".ipynb", ""}
 #: Exercises whose answer is, line for line, the body of a public function of the companion (``shift_targets``,
 #: which the API reference shows): exercise -> the files that hold that function.
@@ -117,7 +117,9 @@ def source_files(source: Path = ROOT) -> list[str]:
 
 
 def shipped(name: str) -> bool:
-    if name in EXCLUDE_FILES or "__pycache__" in name or name.endswith(".ipynb"):
+    if name.startswith(tuple(folder + "/" for folder in EXCLUDE_DIRS)):
+        return False
+    if "__pycache__" in name or name.endswith(".ipynb"):
         return False
     return name in INCLUDE_FILES or name.split("/", 1)[0] in INCLUDE_DIRS
 
@@ -210,7 +212,7 @@ def build_release(dest: str | Path, source: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m companion.release", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m companion.instructor.release", description=__doc__.splitlines()[0])
     parser.add_argument("dest", type=Path, help="a new or empty folder")
     args = parser.parse_args(argv)
     try:

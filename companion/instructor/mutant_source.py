@@ -1,6 +1,6 @@
 """Write a function or class that lives in a Python module (say, a typical mistake in a test) as self-contained source.
 
-The synthetic class (:mod:`companion.grade.synthetic`) gives its mutant students the typical mistakes committed in
+The synthetic class (:mod:`companion.instructor.synthetic`) gives its mutant students the typical mistakes committed in
 ``tests/test_exercises*.py``. A grader's sandbox shows the student's process neither ``tests/`` nor the course's
 package, so the mistake must travel inside the student's notebook, as code the grader keeps (imports, functions,
 classes). :func:`render` writes such code for an object built in one of three ways:
