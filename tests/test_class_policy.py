@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from companion import release
+from companion.instructor import release
 from companion.checks import exercises_for
 from companion.grade import classreport, exports, gradebook, merge
 from companion.grade.gradebook import Settings

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from companion import release
+from companion.instructor import release
 
 ROOT = Path(__file__).resolve().parents[1]
 

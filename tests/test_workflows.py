@@ -87,7 +87,7 @@ def test_grade_workflow_grades_with_the_course_checks():
 
 def test_the_student_release_passes_actionlint_on_its_own(tmp_path):
     """The release's workflow lints clean inside the release folder: it ships actionlint.yaml's runner labels."""
-    from companion import release
+    from companion.instructor import release
 
     dest = tmp_path / "student"
     release.build_release(dest)
