@@ -86,7 +86,8 @@ def test_translation_keeps_code_and_moves_links_one_folder_down() -> None:
 def test_catalogue_update_keeps_translations_and_marks_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "demo.po"
     translation.update_catalogue(path, ["Exercise one", "Write the mask function."], "zh_CN")
-    text = path.read_text(encoding="utf-8").replace('msgid "Exercise one"\nmsgstr ""', 'msgid "Exercise one"\nmsgstr "练习一"')
+    text = path.read_text(encoding="utf-8")
+    text = text.replace('msgid "Exercise one"\nmsgstr ""', 'msgid "Exercise one"\nmsgstr "练习一"')
     path.write_text(text, encoding="utf-8")
     translation.update_catalogue(path, ["Exercise one", "Write the mask functions."], "zh_CN")
     assert translation.read_translations(path) == {"Exercise one": "练习一"}  # the fuzzy guess is not used
@@ -104,7 +105,8 @@ def test_the_grader_grades_chinese_notebooks_as_the_english_ones(tmp_path: Path)
     chinese_solution.parent.mkdir()
     chinese_solution.write_text(translation.translate(solution, _fake_translations(solution)), encoding="utf-8")
     assert "译文" in chinese_solution.read_text(encoding="utf-8")
-    paths = [ROOT / "solutions" / name, chinese_solution, ROOT / "exercises" / name, ROOT / "exercises" / "zh_CN" / name]
+    paths = [ROOT / "solutions" / name, chinese_solution,
+             ROOT / "exercises" / name, ROOT / "exercises" / "zh_CN" / name]
     report = grade(paths, tracks=["numpy"])
     verdicts = [[(r.id, r.track, r.status, r.reason) for r in notebook.exercises] for notebook in report.notebooks]
     english_solution, translated_solution, english_stub, translated_stub = verdicts

@@ -156,10 +156,51 @@ def build(language: str, force_all: bool = False, english_warnings: Path | None 
     return status or (1 if executed or added else 0)
 
 
+API_PAGES = {"api"}  # pages whose sections course_book generates from ``% companion-api:`` lines
+ONLY_CODE = re.compile(r"(`[^`]+`[\s,;]*)+")  # a message with nothing to translate, e.g. a module name as a heading
+
+
+def _message_id(entry: str) -> str:
+    """The msgid of one entry of a ``.pot`` text (its quoted lines joined)."""
+    lines, inside = [], False
+    for line in entry.splitlines():
+        if line.startswith("msgid "):
+            inside, line = True, line[len("msgid "):]
+        elif not line.startswith('"'):
+            inside = False
+        if inside:
+            lines.append(line.strip()[1:-1])
+    return "".join(lines)
+
+
+def without_docstrings(template: str, generated_headings: bool = False) -> str:
+    """A ``.pot`` text (written with source locations, one ``#:`` line each) without the messages whose every
+    location is a docstring that autodoc put on a page, and without the location lines. With
+    ``generated_headings`` (the API page), messages that are only inline code go too: the module headings that
+    ``course_book`` writes read the same in every language."""
+    kept = []
+    for entry in template.split("\n\n"):
+        places = [line for line in entry.splitlines() if line.startswith("#: ")]
+        if places and all("docstring of " in line for line in places) or (
+                generated_headings and ONLY_CODE.fullmatch(_message_id(entry))):
+            continue
+        kept.append("\n".join(line for line in entry.splitlines() if not line.startswith("#: ")))
+    return "\n\n".join(kept)
+
+
 def extract(outdir: Path = BUILD / "gettext") -> int:
-    """Write one message template (``.pot``) per page of today's English sources into ``outdir``."""
-    overrides = {**GETTEXT_SETTINGS, "nb_execution_mode": "off"}
-    return _sphinx(outdir, "gettext", overrides, force_all=True)
+    """Write one message template (``.pot``) per page of today's English sources into ``outdir``.
+
+    The companion's docstrings, which autodoc puts on the API page, are left out: the reference stays in English,
+    like the code it documents (``tests/test_catalogues.py`` checks that no catalogue holds one). The templates
+    carry no source locations (they are only needed here, to find the docstrings).
+    """
+    overrides = {**GETTEXT_SETTINGS, "gettext_location": True, "nb_execution_mode": "off"}
+    status = _sphinx(outdir, "gettext", overrides, force_all=True)
+    for path in sorted(outdir.rglob("*.pot")):
+        text = without_docstrings(path.read_text(encoding="utf-8"), generated_headings=path.stem in API_PAGES)
+        path.write_text(text, encoding="utf-8")
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
