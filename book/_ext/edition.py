@@ -149,8 +149,9 @@ def build(language: str, force_all: bool = False, english_warnings: Path | None 
             shutil.rmtree(published)
         shutil.copytree(home / "html", published)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    print(f"{language} edition: {seconds:.0f} s ({cpu:.0f} s of CPU), {executed} notebooks executed, {reused} executed English notebooks "
-          f"available for reuse, {len(added)} warnings the English build does not give; "
+    print(f"{language} edition: {seconds:.0f} s ({cpu:.0f} s of CPU), {executed} notebooks executed, "
+          f"{reused} executed English notebooks available for reuse, "
+          f"{len(added)} warnings the English build does not give; "
           f"{published.relative_to(ROOT)}/index.html")
     for line in added:
         print(f"  {line}")
