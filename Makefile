@@ -18,6 +18,7 @@ help:
 	@echo "                then the Chinese edition into _build/html/zh_CN, reusing those outputs"
 	@echo "make book-zh    the Chinese edition alone (after an English build)"
 	@echo "make locales    after an English change: update the Chinese catalogues in locales/"
+	@echo "make font       after new Chinese text: regenerate the bundled CJK font subset (after make book)"
 	@echo "make book-all   rebuild every page and re-execute every notebook (after a change in companion/)"
 	@echo "make test       run every test: unit, parity, nbval over chapters and solutions (COURSE_SEED=1)"
 	@echo "make exercises  regenerate exercises/ (and exercises/zh_CN/) from solutions/"
@@ -62,6 +63,11 @@ locales: $(STAMP)
 	$(VENV)/bin/sphinx-intl update -p _build/gettext -l zh_CN -d locales
 	$(PY) -m companion.exercise_translation update zh_CN
 	$(PY) -m companion.exercise_translation write zh_CN
+
+# The bundled CJK font (book/_static/fonts/course-cjk.woff2) holds only the characters the pages use: after new Chinese
+# text (translations) lands, run `make book font` (needs the Debian package fonts-noto-cjk).
+font: $(STAMP)
+	$(PY) book/_ext/cjk_font.py
 
 # MathJax comes from the PyPI package sphinx-mathjax-offline (in the [book] extra), so the book needs no CDN.
 book-all: $(STAMP)

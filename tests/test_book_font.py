@@ -23,6 +23,8 @@ cjk_font = _cjk_font()
 def test_sources_are_found_and_use_chinese() -> None:
     sources = cjk_font.book_sources()
     assert ROOT / "book" / "glossary.md" in sources
+    assert ROOT / "locales" / "zh_CN" / "LC_MESSAGES" / "notebooks" / "02_attention.po" in sources
+    assert ROOT / "exercises" / "zh_CN" / "02_attention.md" in sources
     assert len(cjk_font.cjk_characters([ROOT / "book" / "glossary.md"])) > 50, "the glossary lost its Chinese terms?"
 
 
@@ -39,6 +41,20 @@ def test_subset_has_every_cjk_character_of_the_book() -> None:
     assert not missing, (
         f"{len(missing)} CJK characters used in the book are not in {cjk_font.SUBSET.relative_to(ROOT)}: "
         f"{''.join(missing)}; regenerate it with `python book/_ext/cjk_font.py` (needs fonts-noto-cjk)"
+    )
+
+
+def test_subset_has_every_cjk_character_of_the_built_chinese_edition() -> None:
+    """The theme's Chinese words come from the Sphinx and theme packages: the built pages show which are used."""
+    pytest.importorskip("fontTools")
+    pytest.importorskip("brotli")
+    pages = cjk_font.built_chinese_pages()
+    if not pages:
+        pytest.skip("no _build/html/zh_CN (run `make book`)")
+    missing = sorted(cjk_font.cjk_characters(pages) - cjk_font.subset_characters())
+    assert not missing, (
+        f"{len(missing)} CJK characters of the built Chinese edition are not in the font subset: {''.join(missing)}; "
+        "regenerate it with `make font`"
     )
 
 
