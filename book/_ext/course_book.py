@@ -15,7 +15,8 @@
    working "On this page" button (the contents drawer).
 5. A language switcher in every page's header, leading to the same page in the other edition: the English book is
    ``_build/html``, the Chinese one ``_build/html/zh_CN`` (``book/_ext/edition.py``), so the link is relative and
-   works on GitHub Pages and from disk alike. A ``<link rel="alternate" hreflang>`` names the other page too.
+   works on GitHub Pages and from disk alike. A ``<link rel="alternate" hreflang>`` names the other page too. A
+   course without ``locales/zh_CN`` (the student release) builds no Chinese edition and shows no switcher.
 """
 
 from __future__ import annotations
@@ -137,7 +138,10 @@ def other_edition_link(language: str | None, pagename: str) -> dict[str, str]:
 
 
 def add_language_link(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree) -> None:
-    """Give the page its switcher link (``course_language``) and a ``<link rel="alternate">``."""
+    """Give the page its switcher link (``course_language``) and a ``<link rel="alternate">``; none where the course
+    has no Chinese catalogues (the student release), since no Chinese edition is built there."""
+    if not (Path(app.srcdir) / "locales" / "zh_CN").is_dir():
+        return
     link = other_edition_link(app.config.language, pagename)
     context["course_language"] = link
     context["metatags"] = context.get("metatags", "") + (
