@@ -59,6 +59,8 @@ def test_subset_has_every_cjk_character_of_the_built_chinese_edition() -> None:
 
 
 def test_subset_is_small_and_licensed() -> None:
-    assert cjk_font.SUBSET.stat().st_size < 400_000, "the subset should hold only the glyphs the book uses"
+    # The whole Chinese edition uses a few thousand distinct characters (about 300 bytes each in WOFF2); the full
+    # face of the source font holds some 65,000 glyphs and is about 16 MB.
+    assert cjk_font.SUBSET.stat().st_size < 1_500_000, "the subset should hold only the glyphs the book uses"
     licence = (cjk_font.FONT_DIR / "OFL.txt").read_text(encoding="utf-8")
     assert "SIL OPEN FONT LICENSE Version 1.1" in licence
