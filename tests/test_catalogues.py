@@ -95,6 +95,7 @@ def test_terminology(english: str, chinese: str, comment: str, problems: int) ->
     ("Call `f(x)`.", "调用 f(x)。", "inline code"),
     ("Compute $QK^T$.", "计算 $KQ^T$。", "maths"),
     ("Read [this](a.md#b).", "读[这个](a.md)。", "link targets"),
+    ("A long sentence -- with a dash.", "一个长句子\n--- 带一个破折号。", "starts with ---"),
 ])
 def test_markup(english: str, chinese: str, problem: str | None) -> None:
     found = catalogues.markup_problems(english, chinese)

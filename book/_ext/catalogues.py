@@ -157,6 +157,9 @@ def markup_problems(message_id: str, translation: str) -> list[str]:
     links = [Counter(next(g for g in m if g) for m in LINK.findall(text)) for text in (message_id, translation)]
     if links[0] != links[1]:
         problems.append(f"link targets differ: {sorted((links[0] - links[1]).elements())[:3]} missing")
+    starts = [line.lstrip()[:3] for line in translation.splitlines()[1:]]
+    if any(start in ("---", "===", "***") for start in starts):  # MyST-Parser#657: read as a rule or a heading
+        problems.append("a line of the translation starts with ---, === or ***: write it on the line before")
     return problems
 
 
