@@ -99,6 +99,7 @@ def build_subset(chars: set[str], target: Path = SUBSET, source: Path = SOURCE_F
             record.string = FAMILY.replace(" ", "")
     target.parent.mkdir(parents=True, exist_ok=True)
     font.flavor = "woff2"
+    font.recalcTimestamp = False  # the same characters give the same bytes: `make font` leaves no spurious diff
     font.save(target)
     return target
 
