@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import sys
 from pathlib import Path
@@ -141,13 +142,14 @@ def update_catalogue(path: Path, ids: list[str], language: str) -> None:
     if path.is_file():
         with path.open("rb") as handle:
             catalog = read_po(handle)
-        catalog.update(template)
     else:
         catalog = Catalog(locale=language, project=template.project, fuzzy=False)
-        catalog.update(template)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as handle:
-        write_po(handle, catalog, width=76, omit_header=False)
+    catalog.update(template, update_creation_date=False)  # an unchanged catalogue stays byte for byte the same
+    out = io.BytesIO()
+    write_po(out, catalog, width=76, omit_header=False)
+    if not path.is_file() or path.read_bytes() != out.getvalue():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(out.getvalue())
 
 
 def translated_exercises(solutions: Path, language: str, locales: Path = ROOT / "locales") -> dict[str, str]:
@@ -173,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "update":
         for name, text in expected_exercises(args.solutions).items():
             path = catalogue_path(name, args.language)
+            before = path.read_bytes() if path.is_file() else b""
             update_catalogue(path, messages(text), args.language)
-            print(f"updated {path.relative_to(ROOT)}")
+            print(f"{'updated' if path.read_bytes() != before else 'not changed'}: {path.relative_to(ROOT)}")
         return 0
     target = args.exercises / args.language
     stale = []
