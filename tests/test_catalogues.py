@@ -168,6 +168,10 @@ def test_theme_words_are_translated() -> None:
 @pytest.mark.parametrize("path", _real_catalogues(), ids=lambda p: p.relative_to(MESSAGES).as_posix())
 def test_catalogue_uses_the_glossary_and_keeps_the_markup(path: Path) -> None:
     catalog = catalogues.load(path)
-    problems = (catalogues.terminology_problems(catalog, ENTRIES, skip=catalogues.term_lines(ENTRIES))
-                + catalogues.catalogue_markup_problems(catalog) + catalogues.glossary_term_problems(catalog, ENTRIES))
+    if path == MESSAGES / "book" / "glossary.po":  # its term lines are translated as themselves
+        problems = (catalogues.terminology_problems(catalog, ENTRIES, skip=catalogues.term_lines(ENTRIES))
+                    + catalogues.glossary_term_problems(catalog, ENTRIES))
+    else:
+        problems = catalogues.terminology_problems(catalog, ENTRIES)
+    problems += catalogues.catalogue_markup_problems(catalog)
     assert not problems, f"{path.name}: {len(problems)} problems:\n" + "\n".join(problems[:40])
