@@ -1,16 +1,20 @@
-"""The book's CJK font: a subset of Noto Sans CJK SC holding only the characters the book's sources use.
+"""The book's CJK font: a subset of Noto Sans CJK SC holding only the characters the book's pages use.
 
-The glossary gives each term in Chinese. A reader on a minimal system with no CJK font would see empty boxes, so the
-book ships its own font (``book/_static/fonts/course-cjk.woff2``, linked by ``book/_static/course.css``).
+The glossary gives each term in Chinese, and the Chinese edition is Chinese throughout: its catalogues
+(``locales/zh_CN``), its exercise notebooks (``exercises/zh_CN``) and the theme's own words, which come from the
+Sphinx and theme packages (so the built Chinese pages, ``_build/html/zh_CN``, are read too when they exist). A reader
+on a minimal system with no CJK font would see empty boxes, so the book ships its own font
+(``book/_static/fonts/course-cjk.woff2``, linked by ``book/_static/course.css``).
 
 Why a committed subset rather than one made at build time: the subset is small (tens of kilobytes), the source font
 package (Debian ``fonts-noto-cjk``) is about 300 MB, and a build that needs it would need that package on every
 fresh machine and a few seconds of subsetting in every ``make book``. ``tests/test_book_font.py`` fails as soon as a
 page uses a CJK character the subset lacks, and names this script as the fix.
 
-Regenerate (needs ``apt-get install fonts-noto-cjk`` and the ``fonttools``/``brotli`` packages of the book extra)::
+Regenerate after new Chinese text lands, with the Chinese edition built (needs ``apt-get install fonts-noto-cjk``
+and the ``fonttools``/``brotli`` packages of the book extra)::
 
-    python book/_ext/cjk_font.py
+    make book font        # or: python book/_ext/cjk_font.py
 
 Licence: the SIL Open Font License 1.1 (``book/_static/fonts/OFL.txt``). The subset is a modified version, so it
 carries its own family name ("Course CJK Subset"), not a reserved one.
@@ -43,9 +47,16 @@ def is_cjk(char: str) -> bool:
 
 
 def book_sources(root: Path = ROOT) -> list[Path]:
-    """The files whose text reaches the pages: prose pages, chapters, the bibliography, the table of contents."""
-    patterns = ["book/**/*.md", "book/*.bib", "notebooks/*.md", "_toc.yml", "_config.yml"]
+    """The files whose text reaches the pages: prose pages, chapters, the bibliography, the table of contents, the
+    Chinese catalogues and exercise notebooks, and the extensions and templates that write words of their own."""
+    patterns = ["book/**/*.md", "book/*.bib", "notebooks/*.md", "_toc.yml", "_config.yml", "locales/**/*.po",
+                "exercises/zh_CN/*.md", "book/_ext/*.py", "book/_ext/templates/*.html"]
     return sorted({path for pattern in patterns for path in root.glob(pattern)})
+
+
+def built_chinese_pages(root: Path = ROOT) -> list[Path]:
+    """The built pages of the Chinese edition (none before ``make book``): they hold the theme's Chinese words too."""
+    return sorted((root / "_build" / "html" / "zh_CN").rglob("*.html"))
 
 
 def cjk_characters(paths: Iterable[Path]) -> set[str]:
@@ -88,12 +99,16 @@ def build_subset(chars: set[str], target: Path = SUBSET, source: Path = SOURCE_F
             record.string = FAMILY.replace(" ", "")
     target.parent.mkdir(parents=True, exist_ok=True)
     font.flavor = "woff2"
+    font.recalcTimestamp = False  # the same characters give the same bytes: `make font` leaves no spurious diff
     font.save(target)
     return target
 
 
 def main() -> int:
-    chars = cjk_characters(book_sources())
+    pages = built_chinese_pages()
+    if not pages:
+        print("no _build/html/zh_CN: the theme's Chinese words are left out (run `make book` first)", file=sys.stderr)
+    chars = cjk_characters(book_sources() + pages)
     path = build_subset(chars)
     print(f"{path.relative_to(ROOT)}: {len(chars)} characters, {path.stat().st_size} bytes")
     return 0

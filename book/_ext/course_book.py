@@ -13,6 +13,10 @@
 4. ``book/_static`` is served with every page and ``course.css`` and ``course.js`` linked from it: the layout rules
    that keep code, outputs, tables and formulas readable at any width, the bundled CJK font of the glossary, and a
    working "On this page" button (the contents drawer).
+5. A language switcher in every page's header, leading to the same page in the other edition: the English book is
+   ``_build/html``, the Chinese one ``_build/html/zh_CN`` (``book/_ext/edition.py``), so the link is relative and
+   works on GitHub Pages and from disk alike. A ``<link rel="alternate" hreflang>`` names the other page too. A
+   course without ``locales/zh_CN`` (the student release) builds no Chinese edition and shows no switcher.
 """
 
 from __future__ import annotations
@@ -105,12 +109,43 @@ def expand_api_lines(app: Sphinx, docname: str, source: list[str]) -> None:
 
 
 STATIC = Path(__file__).resolve().parents[1] / "_static"  # book/_static: the course's CSS and its CJK font
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # the language switcher
+# Each edition: the folder it lives in, relative to the English book's root, and how its switcher link reads.
+EDITIONS = {
+    "en": {"folder": "", "hreflang": "en", "label": "English", "title": "Read this page in English"},
+    "zh_CN": {"folder": "zh_CN/", "hreflang": "zh-CN", "label": "中文", "title": "阅读本页的中文版"},
+}
 
 
 def add_static(app: Sphinx, config) -> None:
-    """Serve ``book/_static`` (layout CSS, the bundled CJK font) with every page."""
+    """Serve ``book/_static`` (layout CSS, the bundled CJK font) with every page; add the switcher's template."""
     if str(STATIC) not in config.html_static_path:
         config.html_static_path.append(str(STATIC))
+    if str(TEMPLATES) not in config.templates_path:
+        config.templates_path.append(str(TEMPLATES))
+    header_end = config.html_theme_options.setdefault("article_header_end", ["article-header-buttons.html"])
+    if isinstance(header_end, list) and "course-language.html" not in header_end:
+        header_end.insert(0, "course-language.html")
+
+
+def other_edition_link(language: str | None, pagename: str) -> dict[str, str]:
+    """The link from ``pagename`` in the ``language`` edition to the same page in the other edition."""
+    here = "zh_CN" if (language or "en").startswith("zh") else "en"
+    other = EDITIONS["en" if here == "zh_CN" else "zh_CN"]
+    up = "../" * pagename.count("/") + ("../" if here == "zh_CN" else "")  # from the page to the English root
+    link = {key: other[key] for key in ("hreflang", "label", "title")}
+    return {**link, "href": f"{up}{other['folder']}{pagename}.html"}
+
+
+def add_language_link(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree) -> None:
+    """Give the page its switcher link (``course_language``) and a ``<link rel="alternate">``; none where the course
+    has no Chinese catalogues (the student release), since no Chinese edition is built there."""
+    if not (Path(app.srcdir) / "locales" / "zh_CN").is_dir():
+        return
+    link = other_edition_link(app.config.language, pagename)
+    context["course_language"] = link
+    context["metatags"] = context.get("metatags", "") + (
+        f'\n<link rel="alternate" hreflang="{link["hreflang"]}" href="{link["href"]}" />')
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
@@ -119,6 +154,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_js_file("course.js")
     # sphinx-book-theme builds its header buttons at priority 501: run before it.
     app.connect("html-page-context", add_ipynb_download, priority=400)
-    app.connect("html-page-context", tidy_scripts, priority=900)  # after sphinx.ext.mathjax adds its scripts
+    app.connect("html-page-context", tidy_scripts, priority=900)
+    app.connect("html-page-context", add_language_link)  # after sphinx.ext.mathjax adds its scripts
     app.connect("source-read", expand_api_lines)
     return {"version": "0.2", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,5 +1,8 @@
 """The built book as a reader gets it: every page of ``_build/html`` opened in headless Chromium, offline.
 
+Every page means both editions: the Chinese one lives in ``_build/html/zh_CN`` (its own checks, the language switcher
+and the Chinese font, are in ``test_chinese_edition.py``).
+
 What is checked, page by page: the page loads with no console error and no uncaught exception; no request leaves
 localhost (every other request is recorded and aborted, as on a machine with no network) and no local request
 fails; formulas are typeset by the local MathJax with no TeX error; every image loads and has real alt text; every
@@ -65,7 +68,8 @@ def _pages() -> list[str]:
     if not HTML.is_dir():
         return []
     pages = (p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html"))
-    return sorted(p for p in pages if p.split("/")[0] not in NOT_PAGES and not _redirect_target(HTML / p))
+    # The Chinese edition (zh_CN/) is a book of its own inside this one, with its own asset folders.
+    return sorted(p for p in pages if not NOT_PAGES & set(p.split("/")[:-1]) and not _redirect_target(HTML / p))
 
 
 def _unavailable() -> str | None:

@@ -1,0 +1,224 @@
+"""The book's other editions: the Chinese one built from the same sources through gettext catalogues.
+
+The English book is built by ``jupyter-book build .`` (``make book``), which executes every notebook. The Chinese
+edition is the same Sphinx project with ``language = "zh_CN"`` and the catalogues of ``locales/`` applied to every
+paragraph, heading, table cell and caption; the code cells and their outputs are the English build's, reused:
+
+1. :func:`fill_cache` puts every notebook the English build executed (``_build/jupyter_execute``, outputs included)
+   into a jupyter-cache of its own (``_build/zh_CN/.jupyter_cache``, emptied first);
+2. :func:`build` runs Sphinx with MyST-NB in ``cache`` mode on that cache, so each chapter is matched by its code
+   cells and merged with the stored outputs. Executing is refused outright (:func:`_refuse_execution`): a chapter
+   whose code has no executed English counterpart fails the build with a message instead of running for minutes;
+3. the HTML is copied to ``_build/html/zh_CN``, beside the English pages, so one folder holds both editions (what
+   GitHub Pages serves, and what a reader opens from disk).
+
+The jupyter-book command line cannot pass Sphinx settings (``-D``), so both builds here call jupyter-book's own
+``build_sphinx`` with ``_config.yml`` and the overrides of :data:`EDITIONS`. ``extract`` writes the message templates
+(``.pot``) from today's English sources, one per page; ``make locales`` then updates the catalogues with sphinx-intl.
+
+Usage::
+
+    python book/_ext/edition.py html zh_CN [--all]   # after the English build
+    python book/_ext/edition.py gettext [OUTDIR]      # the templates, default _build/gettext
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "_build"
+LOCALES = ROOT / "locales"
+EXECUTED = BUILD / "jupyter_execute"  # where myst-nb writes the English build's executed notebooks
+
+# Per edition: the Sphinx settings that differ from _config.yml's. Theme words ("Contents", prev/next, buttons) come
+# from Sphinx's, pydata-sphinx-theme's and sphinx-book-theme's own zh_CN catalogues once ``language`` is set; the
+# search box's placeholder and the title are settings (jupyter-book writes them in English), so they are here.
+EDITIONS: dict[str, dict[str, Any]] = {
+    "zh_CN": {
+        "language": "zh_CN",
+        "html_title": "Transformer：从把文本变成数字到训练出一个模型",
+        "author": "课程作者",
+        "html_theme_options": {"search_bar_text": "在本书中搜索……"},
+    },
+}
+# How the catalogues are cut and named: one per page, no source locations or uuids (the diffs stay readable).
+GETTEXT_SETTINGS = {"gettext_compact": False, "gettext_location": False, "gettext_uuid": False}
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def warnings_in(text: str) -> set[str]:
+    """The Sphinx warnings and errors in a build's ``text`` output, colours removed, one per line."""
+    lines = (ANSI.sub("", line).strip() for line in text.splitlines())
+    return {line for line in lines if re.search(r"\b(WARNING|ERROR|CRITICAL):", line)}
+
+
+class _Recorder(io.TextIOBase):
+    """A text stream that passes everything on to ``stream`` and keeps a copy."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.parts = stream, []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class ExecutionRefused(RuntimeError):
+    """A translated edition was about to execute a notebook instead of reusing the English outputs."""
+
+
+def _refuse_execution(notebook, cwd=None, **kwargs):
+    name = notebook.metadata.get("jupytext", {}).get("text_representation", {}).get("format_name", "notebook")
+    raise ExecutionRefused(
+        f"no executed English notebook matches this {name} chapter's code (cwd {cwd}): build the English book first "
+        "(`make book`); the translated editions never execute notebooks"
+    )
+
+
+def fill_cache(executed: Path, cache_path: Path) -> int:
+    """Put every executed notebook under ``executed`` into a fresh jupyter-cache at ``cache_path``; return how many."""
+    from jupyter_cache import get_cache
+
+    if cache_path.exists():
+        shutil.rmtree(cache_path)
+    cache = get_cache(str(cache_path))
+    notebooks = sorted(executed.rglob("*.ipynb"))
+    for path in notebooks:
+        cache.cache_notebook_file(str(path), uri=str(path.relative_to(executed)), check_validity=False, overwrite=True)
+    return len(notebooks)
+
+
+def executed_count(cache_path: Path) -> int:
+    """How many notebooks a build asked the cache at ``cache_path`` to execute (cache hits leave no project record)."""
+    from jupyter_cache import get_cache
+
+    return len(get_cache(str(cache_path)).list_project_records())
+
+
+def _sphinx(outdir: Path, builder: str, overrides: dict[str, Any], force_all: bool) -> int:
+    from jupyter_book.sphinx import build_sphinx
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))  # local_extensions, as jupyter-book adds them
+    overrides = {"external_toc_path": str(ROOT / "_toc.yml"), "latex_individualpages": False, **overrides}
+    return build_sphinx(ROOT, outdir, noconfig=True, path_config=str(ROOT / "_config.yml"), confoverrides=overrides,
+                        builder=builder, freshenv=force_all, keep_going=True)
+
+
+def build(language: str, force_all: bool = False, english_warnings: Path | None = None) -> int:
+    """Build the ``language`` edition into ``_build/<language>/html`` and copy it to ``_build/html/<language>``.
+
+    Fails (status 1) when it had to execute a notebook, or when it warns where the English build (whose standard
+    error ``english_warnings`` holds) did not: a translation that breaks a role, a reference or the markup.
+    """
+    import myst_nb.core.execute.cache as myst_cache
+
+    if language not in EDITIONS:
+        raise ValueError(f"language must be one of {sorted(EDITIONS)}; got {language!r}")
+    if not EXECUTED.is_dir():
+        raise FileNotFoundError(f"no {EXECUTED.relative_to(ROOT)}: build the English book first (`make book`)")
+    start, cpu_start = time.perf_counter(), time.process_time()
+    home = BUILD / language
+    cache_path = home / ".jupyter_cache"
+    reused = fill_cache(EXECUTED, cache_path)
+    myst_cache.single_nb_execution = _refuse_execution
+    overrides = {**EDITIONS[language], **GETTEXT_SETTINGS, "locale_dirs": [str(LOCALES)],
+                 "nb_execution_mode": "cache", "nb_execution_cache_path": str(cache_path)}
+    recorder = _Recorder(sys.stderr)
+    with contextlib.redirect_stderr(recorder):
+        status = _sphinx(home / "html", "html", overrides, force_all)
+    executed = executed_count(cache_path)
+    english = warnings_in(english_warnings.read_text(encoding="utf-8")) if english_warnings else set()
+    added = sorted(warnings_in("".join(recorder.parts)) - english)
+    published = BUILD / "html" / language
+    if status == 0:
+        if published.exists():
+            shutil.rmtree(published)
+        shutil.copytree(home / "html", published)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    print(f"{language} edition: {seconds:.0f} s ({cpu:.0f} s of CPU), {executed} notebooks executed, "
+          f"{reused} executed English notebooks available for reuse, "
+          f"{len(added)} warnings the English build does not give; "
+          f"{published.relative_to(ROOT)}/index.html")
+    for line in added:
+        print(f"  {line}")
+    return status or (1 if executed or added else 0)
+
+
+API_PAGES = {"api"}  # pages whose sections course_book generates from ``% companion-api:`` lines
+ONLY_CODE = re.compile(r"(`[^`]+`[\s,;]*)+")  # a message with nothing to translate, e.g. a module name as a heading
+
+
+def _message_id(entry: str) -> str:
+    """The msgid of one entry of a ``.pot`` text (its quoted lines joined)."""
+    lines, inside = [], False
+    for line in entry.splitlines():
+        if line.startswith("msgid "):
+            inside, line = True, line[len("msgid "):]
+        elif not line.startswith('"'):
+            inside = False
+        if inside:
+            lines.append(line.strip()[1:-1])
+    return "".join(lines)
+
+
+def without_docstrings(template: str, generated_headings: bool = False) -> str:
+    """A ``.pot`` text (written with source locations, one ``#:`` line each) without the messages whose every
+    location is a docstring that autodoc put on a page, and without the location lines. With
+    ``generated_headings`` (the API page), messages that are only inline code go too: the module headings that
+    ``course_book`` writes read the same in every language."""
+    kept = []
+    for entry in template.split("\n\n"):
+        places = [line for line in entry.splitlines() if line.startswith("#: ")]
+        if places and all("docstring of " in line for line in places) or (
+                generated_headings and ONLY_CODE.fullmatch(_message_id(entry))):
+            continue
+        kept.append("\n".join(line for line in entry.splitlines() if not line.startswith("#: ")))
+    return "\n\n".join(kept)
+
+
+def extract(outdir: Path = BUILD / "gettext") -> int:
+    """Write one message template (``.pot``) per page of today's English sources into ``outdir``.
+
+    The companion's docstrings, which autodoc puts on the API page, are left out: the reference stays in English,
+    like the code it documents (``tests/test_catalogues.py`` checks that no catalogue holds one). The templates
+    carry no source locations (they are only needed here, to find the docstrings).
+    """
+    overrides = {**GETTEXT_SETTINGS, "gettext_location": True, "nb_execution_mode": "off"}
+    status = _sphinx(outdir, "gettext", overrides, force_all=True)
+    for path in sorted(outdir.rglob("*.pot")):
+        text = without_docstrings(path.read_text(encoding="utf-8"), generated_headings=path.stem in API_PAGES)
+        path.write_text(text, encoding="utf-8")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    html = commands.add_parser("html", help="build a translated edition (after the English build)")
+    html.add_argument("language", choices=sorted(EDITIONS))
+    html.add_argument("--all", action="store_true", help="re-read every page (after the English build re-read all)")
+    html.add_argument("--english-warnings", type=Path, help="the English build's standard error, to compare with")
+    gettext = commands.add_parser("gettext", help="extract the message templates from the English sources")
+    gettext.add_argument("outdir", type=Path, nargs="?", default=BUILD / "gettext")
+    args = parser.parse_args(argv)
+    if args.command == "html":
+        return build(args.language, force_all=args.all, english_warnings=args.english_warnings)
+    return extract(args.outdir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
