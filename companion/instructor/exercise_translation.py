@@ -25,7 +25,7 @@ from pathlib import Path
 
 from companion.instructor.exercises import expected_exercises
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LANGUAGES = ("zh_CN",)
 FENCE = re.compile(r"^(```|~~~|:::)")
 STRUCTURE = re.compile(r"^(#{1,6} |\s*[-*+] |\s*\d+[.)] |\|)")  # a line that starts a message of its own
@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exercises", type=Path, default=ROOT / "exercises")
     parser.add_argument("--check", action="store_true", help="write: only report files that differ; exit 1 if any")
     args = parser.parse_args(argv)
+    if not any(args.solutions.glob("*.md")):
+        parser.error(f"--solutions: no solution notebooks (*.md) in {args.solutions}")
     if args.command == "update":
         for name, text in expected_exercises(args.solutions).items():
             path = catalogue_path(name, args.language)
