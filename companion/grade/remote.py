@@ -187,9 +187,10 @@ class Session:
     def raw(self, op: str, **fields: Any) -> tuple[dict, list[bytes]]:
         """Send one request with plain JSON fields; return the reply (serving callbacks meanwhile)."""
         self.send({"op": op, "output_limit": self.output_limit, **fields})
-        return self._wait()
+        return self.wait_reply()
 
-    def _wait(self) -> tuple[dict, list[bytes]]:
+    def wait_reply(self) -> tuple[dict, list[bytes]]:
+        """The reply to the request sent last (or the ``ready`` of ``hello``), serving callbacks meanwhile."""
         while True:
             message, data = self.receive()
             if message.get("reply") is True:
@@ -226,7 +227,7 @@ class Session:
             header[key] = value if key in ("target", "name") else P.encode(value, buffers, self._other)
         self.calls += 1
         self.send(header, buffers)
-        reply, data = self._wait()
+        reply, data = self.wait_reply()
         return self.value(reply, data)
 
     def value(self, reply: dict, data: list[bytes]) -> Any:
@@ -285,7 +286,7 @@ class Session:
                   "upstream": P.encode(upstream, buffers, self._other), "index": index, "framework": framework}
         self.calls += 1
         self.send(header, buffers)
-        reply, data = self._wait()
+        reply, data = self.wait_reply()
         result = self.value(reply, data)
         if not reply.get("differentiable"):
             return result, [None] * len(args), str(reply.get("why", ""))

@@ -95,7 +95,7 @@ def grade_job(job: Job, options: Options, zygotes: Zygotes) -> None:
         try:
             session.start_step(options.seconds(STARTUP_TIMEOUT))
             child.start(session.deadline or 0.0)
-            reply, _ = session._wait()
+            reply, _ = session.wait_reply()
             if not reply.get("ready"):
                 raise SandboxLost("protocol", "it did not start")
             if job.started is None:
