@@ -268,10 +268,41 @@ def to_numpy(value: Any) -> np.ndarray:
     return array
 
 
+@dataclass(frozen=True)
+class ProxyHooks:
+    """What the checks need of a grader's proxy type (see :func:`register_proxy`)."""
+
+    name: Callable[[Any], str]
+    gradients: Callable[[Any, tuple, Any, int | None, str], tuple[Any, list, str]]
+
+
+_PROXIES: dict[type, ProxyHooks] = {}
+
+
+def register_proxy(proxy_type: type, name: Callable[[Any], str],
+                   gradients: Callable[[Any, tuple, Any, int | None, str], tuple[Any, list, str]]) -> None:
+    """Make the checks recognise ``proxy_type``, a grader's stand-in for an object of the student's process.
+
+    ``name(proxy)`` is the name shown for its type (:func:`type_name`); ``gradients(proxy, args, upstream, index,
+    framework)`` runs the backward pass where the student's object lives (``framework`` is ``"torch"`` or
+    ``"keras"``) and returns what :func:`companion.checks.tracks.torch_gradients` returns. The grader registers
+    its proxy when it is imported (:mod:`companion.grade.remote`).
+    """
+    if not isinstance(proxy_type, type):
+        raise ValueError(f"proxy_type must be a class; got {proxy_type!r}")
+    _PROXIES[proxy_type] = ProxyHooks(name, gradients)
+
+
+def proxy_hooks(value: Any) -> ProxyHooks | None:
+    """The hooks of ``value``'s proxy type (its real type: a proxy may answer ``__class__`` as another), or None."""
+    return _PROXIES.get(type(value))
+
+
 def type_name(value: Any) -> str:
     """The name of a value's type; for an object of the student's process (a grader proxy), its own type."""
-    if type(value).__name__ == "Remote":
-        return str(getattr(value, "__name__", "object"))
+    hooks = proxy_hooks(value)
+    if hooks is not None:
+        return hooks.name(value)
     return type(value).__name__
 
 

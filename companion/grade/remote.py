@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from companion.checks import register_proxy
+
 from .launcher import Child
 from .sandbox import protocol as P
 
@@ -98,6 +100,18 @@ class Remote:
 
     def __bool__(self) -> bool:
         return True
+
+
+def _remote_name(remote: Remote) -> str:
+    return str(remote.__name__)
+
+
+def _remote_gradients(remote: Remote, args: tuple, upstream: Any, index: int | None, framework: str
+                      ) -> tuple[Any, list, str]:
+    return object.__getattribute__(remote, "_session").grad(remote, args, upstream, index, framework=framework)
+
+
+register_proxy(Remote, _remote_name, _remote_gradients)
 
 
 def _framework_class(name: str) -> type | None:

@@ -88,12 +88,18 @@ def _kill_descendants() -> None:
 def _remove(path: str) -> None:
     """Remove a file or a whole folder of this user's, whatever its permissions."""
     if os.path.isdir(path) and not os.path.islink(path):
+        try:
+            os.chmod(path, 0o700)  # a folder its owner made unreadable
+        except OSError:
+            pass
         for root, folders, _ in os.walk(path):
-            for name in [root, *(os.path.join(root, f) for f in folders)]:
-                try:
-                    os.chmod(name, 0o700, follow_symlinks=False)
-                except OSError:
-                    pass
+            for name in folders:  # made readable before os.walk lists them
+                inner = os.path.join(root, name)
+                if not os.path.islink(inner):
+                    try:
+                        os.chmod(inner, 0o700)
+                    except OSError:
+                        pass
         shutil.rmtree(path, ignore_errors=True)
     else:
         try:
