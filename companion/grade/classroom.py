@@ -50,6 +50,10 @@ from .launcher import DEFAULT_MEMORY
 from .steps import DEFAULT_TOTAL_TIMEOUT
 
 NOTEBOOK_SUFFIXES = (".md", ".ipynb")
+#: Set for the graders and their student processes (which keep them) to the cores per job slot, unless set: with
+#: one compute thread per core in every slot, a checker's small tensors cost PyTorch's and MKL's threads a barrier
+#: each, and slots that wait on one another's threads spend most of their time so.
+COMPUTE_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: Seconds allowed to a grader process beyond its steps' time limits (start-up: importing the frameworks).
 STARTUP_ALLOWANCE = 300.0
 _LOG_LIMIT = 200_000
@@ -190,6 +194,8 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
     command = grader_command(files, work, settings, chapters_flag)
     limit = settings.student_timeout or STARTUP_ALLOWANCE + DEFAULT_TOTAL_TIMEOUT  # the grader's own limit ends first
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
+    for name in COMPUTE_THREADS:  # unless the instructor's environment says otherwise
+        env.setdefault(name, str(_SLOTS.threads))
     log = work / "log.txt"
     worker = _SLOTS.worker(env, _memory(settings)) if command[:3] == [sys.executable, "-m", "companion.grade"] \
         else None
@@ -330,7 +336,7 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
 
     bar = tqdm(total=len(students), unit="student", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     _CANCELLED.clear()
-    _SLOTS.open(share_sandbox)
+    _SLOTS.open(share_sandbox, threads=max(1, (os.cpu_count() or 1) // jobs))
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {pool.submit(grade_student, s, out / "students" / names[s.name], settings, code, force,

@@ -137,13 +137,17 @@ class Slots:
     def __init__(self) -> None:
         self.on = False
         self.share_sandbox = True
+        self.threads = 1
         self.workers: list[Worker] = []
         self.local = threading.local()
         self.lock = threading.Lock()
 
-    def open(self, share_sandbox: bool = True) -> None:
-        """Start workers from now on; ``share_sandbox``: each keeps a shared zygote (where the sandbox works)."""
-        self.on, self.share_sandbox = True, share_sandbox
+    def open(self, share_sandbox: bool = True, threads: int = 1) -> None:
+        """Start workers from now on; ``share_sandbox``: each keeps a shared zygote (where the sandbox works);
+        ``threads``: compute threads per grader (:data:`companion.grade.classroom.COMPUTE_THREADS`)."""
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1; got {threads}")
+        self.on, self.share_sandbox, self.threads = True, share_sandbox, threads
 
     def worker(self, env: dict[str, str], memory: int) -> Worker | None:
         """This slot's worker (None when workers are off, or this slot's failed: the command is started then)."""

@@ -33,6 +33,7 @@ and always before it writes a report.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -296,6 +297,9 @@ def main(argv: list[str]) -> None:
         from .monitor import warm_up
 
         warm_up()
+    # What is imported now is never collected: no collection in a student process walks (and so copies) the
+    # zygote's objects, which are shared with it until written to.
+    gc.freeze()
     shared = len(argv) > 2 and argv[2] == "shared"
     if shared:
         _prctl(_PR_SET_DUMPABLE, 0)  # no student process may read or write this process's memory
