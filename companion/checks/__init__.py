@@ -61,12 +61,13 @@ through the grader, which shows at once whether a new checker works through the 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
 import pkgutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,12 +116,19 @@ def exercise(
 
         @functools.wraps(checker)
         def checked(answer: Any) -> None:
-            token = _DEFERRED.set([])
+            token, parts_token = _DEFERRED.set([]), _PARTS.set(([], []))
             try:
                 checker(answer)
                 pending = _DEFERRED.get()
+                parts, failures = _PARTS.get()  # type: ignore[misc]
             finally:
                 _DEFERRED.reset(token)
+                _PARTS.reset(parts_token)
+            if failures:
+                failure = failures[0]
+                if not pending:  # every part ran and only parts failed: what each part gave can be counted
+                    failure.parts = tuple(parts)
+                raise failure
             if pending:
                 raise pending[0]
 
@@ -133,6 +141,39 @@ def exercise(
 _IMPORT_ERRORS: dict[str, str] = {}
 #: Failures that wait until every value has been compared (see :func:`defer`).
 _DEFERRED: contextvars.ContextVar[list | None] = contextvars.ContextVar("deferred", default=None)
+
+
+#: The parts of the running checker (see :func:`part`): (name, passed) in the order they ran, and their failures.
+_PARTS: contextvars.ContextVar[tuple[list, list] | None] = contextvars.ContextVar("parts", default=None)
+
+
+@contextlib.contextmanager
+def part(name: str) -> Iterator[None]:
+    """A named part of the running checker, for partial credit: ``with part("masked rows"): ...``.
+
+    A failure (``AssertionError``, so :class:`CheckFailed` too) inside the block fails this part only: the checker
+    goes on with its next part, and once it has returned the first part's failure is raised, so the exercise
+    fails with the message it would have failed with at once. That failure carries ``parts``: every part's name
+    and whether it passed, which the grader turns into a fraction of the points where the instructor allows
+    partial credit. The parts are whatever the checker's own code runs: an answer cannot add, remove or rename
+    one, and any other way of failing (an exception of the answer's outside ``call``, a time-out, a crash, a
+    failure outside every part, a deferred type failure) earns no partial credit. Outside a registered checker the
+    block runs as it is.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string; got {name!r}")
+    state = _PARTS.get()
+    if state is None:
+        yield
+        return
+    parts, failures = state
+    try:
+        yield
+    except AssertionError as failure:
+        parts.append((name, False))
+        failures.append(failure if isinstance(failure, CheckFailed) else CheckFailed(str(failure)))
+    else:
+        parts.append((name, True))
 
 
 def defer(failure: CheckFailed) -> None:
