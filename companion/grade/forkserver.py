@@ -15,7 +15,7 @@ written.
 
 A class worker (:mod:`companion.grade.classworker`) keeps one zygote for all the students it grades, one after
 another (:func:`share`): a zygote started ``shared`` in a sandbox of its own kind, which each student's grader
-first ``reset``s with that student's notebooks (:meth:`Zygote.reset`: everything of the previous student is
+first resets with that student's notebooks (:meth:`Zygote.reset`: everything of the previous student is
 ended and removed, see :mod:`companion.grade.sandbox.zygote`), so a student's process starts without the imports'
 seconds and still from the same pristine state, in a sandbox holding only that student's files. Without the
 sandbox there is no shared zygote: each student gets zygotes of its own, as above.
