@@ -7,13 +7,16 @@ slot, so the sum is about ``--jobs`` times the wall time):
 
 - checks: the exercises' checks (the student's code and the checker's reference computations);
 - loading answers: the rest of each notebook's grading (parsing it, loading its cells into the student process);
-- sandbox start: the grader's time outside its notebooks, mostly waiting for its student-process server, which
-  starts under bubblewrap and imports NumPy, PyTorch and TensorFlow for every student;
+- sandbox start: the grader's time outside its notebooks: reading them, and getting the slot's shared student-process
+  server (a zygote under bubblewrap that imported NumPy, PyTorch and TensorFlow once) emptied of the previous
+  student and given this student's notebooks;
 - grader process: the forked grader's time outside its grading (its start, the reports it writes);
-- worker start: waiting for a job slot's worker to import the grading code and the frameworks (once per slot).
+- worker start: waiting for a job slot's worker to import the grading code and the frameworks and to start its
+  shared server (once per slot).
 
-It also times one start of that server here, the cost every student repeats, then grades the same class again
-(nothing changed: every student is read from the stamps) and prints how much faster the re-run is.
+It also times one start of that server here (paid once per job slot, and again only after a student broke it),
+then grades the same class again (nothing changed: every student is read from the stamps) and prints how much
+faster the re-run is.
 
     .venv/bin/python benchmarks/bench_grading.py [--students 40] [--jobs N] [--timeout 10]
 
@@ -115,7 +118,7 @@ def main() -> int:
         print(f"  {name:<16} {seconds:8.1f} s  {100 * seconds / total if total else 0:5.1f}%  "
               f"{seconds / len(grades):6.2f} s per student")
     print(f"  one start of the sandboxed student-process server (bubblewrap, NumPy, PyTorch, TensorFlow): "
-          f"{server:.2f} s, repeated by every student")
+          f"{server:.2f} s, once per job slot (its students share it)")
     print(f"re-run    : {second:7.1f} s ({sum(o.cached for o in again)} of {len(again)} unchanged), "
           f"{first / second:.0f}x faster than the first run")
     print(f"grades as the builder expected: {len(grades) - len(wrong)} of {len(grades)} students"

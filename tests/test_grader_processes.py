@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from companion.grade import FAILED, PASSED, grade
-from companion.grade.launcher import _children_of
+from companion.grade.sandbox.processes import children_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
@@ -44,7 +44,7 @@ class Parricide:
 def _live_children() -> set[int]:
     """This process's children that are not zombies (other tests may leave zombies to a subreaper)."""
     alive = set()
-    for pid in _children_of(os.getpid()):
+    for pid in children_of(os.getpid()):
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
         except (OSError, IndexError):

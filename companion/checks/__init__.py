@@ -61,12 +61,13 @@ through the grader, which shows at once whether a new checker works through the 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
 import pkgutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,12 +116,19 @@ def exercise(
 
         @functools.wraps(checker)
         def checked(answer: Any) -> None:
-            token = _DEFERRED.set([])
+            token, parts_token = _DEFERRED.set([]), _PARTS.set(([], []))
             try:
                 checker(answer)
                 pending = _DEFERRED.get()
+                parts, failures = _PARTS.get()  # type: ignore[misc]
             finally:
                 _DEFERRED.reset(token)
+                _PARTS.reset(parts_token)
+            if failures:
+                failure = failures[0]
+                if not pending:  # every part ran and only parts failed: what each part gave can be counted
+                    failure.parts = tuple(parts)
+                raise failure
             if pending:
                 raise pending[0]
 
@@ -133,6 +141,39 @@ def exercise(
 _IMPORT_ERRORS: dict[str, str] = {}
 #: Failures that wait until every value has been compared (see :func:`defer`).
 _DEFERRED: contextvars.ContextVar[list | None] = contextvars.ContextVar("deferred", default=None)
+
+
+#: The parts of the running checker (see :func:`part`): (name, passed) in the order they ran, and their failures.
+_PARTS: contextvars.ContextVar[tuple[list, list] | None] = contextvars.ContextVar("parts", default=None)
+
+
+@contextlib.contextmanager
+def part(name: str) -> Iterator[None]:
+    """A named part of the running checker, for partial credit: ``with part("masked rows"): ...``.
+
+    A failure (``AssertionError``, so :class:`CheckFailed` too) inside the block fails this part only: the checker
+    goes on with its next part, and once it has returned the first part's failure is raised, so the exercise
+    fails with the message it would have failed with at once. That failure carries ``parts``: every part's name
+    and whether it passed, which the grader turns into a fraction of the points where the instructor allows
+    partial credit. The parts are whatever the checker's own code runs: an answer cannot add, remove or rename
+    one, and any other way of failing (an exception of the answer's outside ``call``, a time-out, a crash, a
+    failure outside every part, a deferred type failure) earns no partial credit. Outside a registered checker the
+    block runs as it is.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string; got {name!r}")
+    state = _PARTS.get()
+    if state is None:
+        yield
+        return
+    parts, failures = state
+    try:
+        yield
+    except AssertionError as failure:
+        parts.append((name, False))
+        failures.append(failure if isinstance(failure, CheckFailed) else CheckFailed(str(failure)))
+    else:
+        parts.append((name, True))
 
 
 def defer(failure: CheckFailed) -> None:
@@ -268,10 +309,41 @@ def to_numpy(value: Any) -> np.ndarray:
     return array
 
 
+@dataclass(frozen=True)
+class ProxyHooks:
+    """What the checks need of a grader's proxy type (see :func:`register_proxy`)."""
+
+    name: Callable[[Any], str]
+    gradients: Callable[[Any, tuple, Any, int | None, str], tuple[Any, list, str]]
+
+
+_PROXIES: dict[type, ProxyHooks] = {}
+
+
+def register_proxy(proxy_type: type, name: Callable[[Any], str],
+                   gradients: Callable[[Any, tuple, Any, int | None, str], tuple[Any, list, str]]) -> None:
+    """Make the checks recognise ``proxy_type``, a grader's stand-in for an object of the student's process.
+
+    ``name(proxy)`` is the name shown for its type (:func:`type_name`); ``gradients(proxy, args, upstream, index,
+    framework)`` runs the backward pass where the student's object lives (``framework`` is ``"torch"`` or
+    ``"keras"``) and returns what :func:`companion.checks.tracks.torch_gradients` returns. The grader registers
+    its proxy when it is imported (:mod:`companion.grade.remote`).
+    """
+    if not isinstance(proxy_type, type):
+        raise ValueError(f"proxy_type must be a class; got {proxy_type!r}")
+    _PROXIES[proxy_type] = ProxyHooks(name, gradients)
+
+
+def proxy_hooks(value: Any) -> ProxyHooks | None:
+    """The hooks of ``value``'s proxy type (its real type: a proxy may answer ``__class__`` as another), or None."""
+    return _PROXIES.get(type(value))
+
+
 def type_name(value: Any) -> str:
     """The name of a value's type; for an object of the student's process (a grader proxy), its own type."""
-    if type(value).__name__ == "Remote":
-        return str(getattr(value, "__name__", "object"))
+    hooks = proxy_hooks(value)
+    if hooks is not None:
+        return hooks.name(value)
     return type(value).__name__
 
 

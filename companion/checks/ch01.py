@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from companion import text
-from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy, type_name
+from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, part, rng, to_numpy, type_name
 from companion.checks.tracks import (
     EMBEDDING_SHORTCUTS,
     expect_answer_dict,
@@ -176,10 +176,12 @@ def check_embed_keras(embed_keras) -> None:
 def check_one_hot_answers(one_hot_answers) -> None:
     answer = expect_answer_dict(call(one_hot_answers), ("positions_needed", "id_without_position"),
                                 "one_hot_answers()")
-    expect_equal(answer["positions_needed"], 12, "positions_needed", mistakes={
-        "the text says: ids 1 to 11 AND PAD (0) each need a position": 11})
-    expect_equal(answer["id_without_position"], 11, "id_without_position", mistakes={
-        "vectors of length 11 have positions 0 to 10; PAD (0) has one, the largest id does not": 0})
+    with part("positions_needed"):  # each answer is a part: partial credit where the instructor allows it
+        expect_equal(answer["positions_needed"], 12, "positions_needed", mistakes={
+            "the text says: ids 1 to 11 AND PAD (0) each need a position": 11})
+    with part("id_without_position"):
+        expect_equal(answer["id_without_position"], 11, "id_without_position", mistakes={
+            "vectors of length 11 have positions 0 to 10; PAD (0) has one, the largest id does not": 0})
     for key in ("positions_needed", "id_without_position"):
         expect_answer_type(answer[key], "int", f"{key} (a dict of two Python ints)")
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from companion import reference
-from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, rng, to_numpy
+from companion.checks import CheckFailed, call, exercise, expect_close, expect_equal, part, rng, to_numpy
 from companion.checks.tracks import (
     ATTENTION_SHORTCUTS,
     converter,
@@ -381,9 +381,10 @@ def check_fixed_masked_attention_keras(fixed_masked_attention_keras) -> None:
 def check_masking_answers(masking_answers) -> None:
     answer = expect_answer_dict(call(masking_answers), ("cross_mask_from", "lowest_float16", "minus_1e9_in_float16",
                                                          "weight_on_zero_filled_key"), "masking_answers()")
-    expect_equal(answer["cross_mask_from"], "source", "cross_mask_from (the text says: 'source' or 'target')",
-                 mistakes={"cross-attention's keys are the encoder's outputs, one per source position, so its "
-                           "padding mask comes from the source": "target"})
+    with part("cross_mask_from"):  # each answer is a part: partial credit where the instructor allows it
+        expect_equal(answer["cross_mask_from"], "source", "cross_mask_from (the text says: 'source' or 'target')",
+                     mistakes={"cross-attention's keys are the encoder's outputs, one per source position, so its "
+                               "padding mask comes from the source": "target"})
     for key, expected, mistakes in [
         ("lowest_float16", -65504.0, {"that is float32's lowest value; float16 stops at -65504":
                                       float(np.finfo(np.float32).min), "the text asks for the most NEGATIVE finite "
@@ -393,9 +394,10 @@ def check_masking_answers(masking_answers) -> None:
         ("weight_on_zero_filled_key", 0.25, {"a score of 0 is not blocked: exp(0) = 1, like the three other keys, "
                                              "so it gets a quarter of the weight": 0.0}),
     ]:
-        expect_number(answer[key], expected, key, mistakes)
-        if key != "weight_on_zero_filled_key":
-            expect_answer_type(answer[key], "float", f"{key} (a Python float)")
+        with part(key):
+            expect_number(answer[key], expected, key, mistakes)
+            if key != "weight_on_zero_filled_key":
+                expect_answer_type(answer[key], "float", f"{key} (a Python float)")
 
 
 @exercise(CHAPTER, "torch_style_masks", "a Transformer's masks in torch.nn.Transformer's convention (True = blocked)")

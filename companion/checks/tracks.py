@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from companion.checks import CheckFailed, defer, to_numpy
+from companion.checks import CheckFailed, defer, proxy_hooks, to_numpy
 
 
 def to_torch(*arrays: np.ndarray) -> tuple:
@@ -187,9 +187,9 @@ def torch_gradients(fn: Any, args: tuple, upstream: Any, index: int | None = Non
     the notebook and, in the grader, on its proxy (the backward pass then runs in the student's process).
     Returns (the result, the gradient of each argument or None, why there are none).
     """
-    if type(fn).__name__ == "Remote":
-        session = object.__getattribute__(fn, "_session")
-        return session.grad(fn, args, upstream, index)
+    hooks = proxy_hooks(fn)
+    if hooks is not None:
+        return hooks.gradients(fn, args, upstream, index, "torch")
     import torch
 
     prepared = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
@@ -209,9 +209,9 @@ def keras_gradients(fn: Any, args: tuple, upstream: Any, index: int | None = Non
     """Like :func:`torch_gradients`, for a Keras answer: the active backend's autodiff (``tf.GradientTape`` on
     TensorFlow, autograd on torch, ``jax.vjp`` on JAX), in the student's process when ``fn`` is a grader proxy.
     """
-    if type(fn).__name__ == "Remote":
-        session = object.__getattribute__(fn, "_session")
-        return session.grad(fn, args, upstream, index, framework="keras")
+    hooks = proxy_hooks(fn)
+    if hooks is not None:
+        return hooks.gradients(fn, args, upstream, index, "keras")
     from companion.grade.sandbox.keras_grad import keras_gradients as local
 
     return local(fn, args, upstream, index)

@@ -19,7 +19,8 @@ How a notebook is graded (the threat model is in ``book/grading.md``):
 2. This process reads the code cells as text (:mod:`.notebooks`, jupytext) and never runs them.
 3. A student process (:mod:`.launcher`: bubblewrap, rlimits, a pids cgroup, a subreaper) loads only the
    imports, functions, classes and literal constants of each cell (:mod:`.sandbox.child`). It is forked, fresh
-   for each notebook, from a zygote that imported the frameworks once per folder (:mod:`.forkserver`).
+   for each notebook, from a zygote that imported the frameworks once per folder (:mod:`.forkserver`), or once
+   per job slot of a class, emptied between its students (:mod:`.classworker`).
 4. Each exercise's checker runs here, on a proxy for the student's object (:mod:`.remote`): calls and attribute
    reads go to the student process, results come back as plain data. Expected values never leave this process.
 5. Each step has a time limit; a step that hangs or kills the student process fails alone, everything that

@@ -62,9 +62,13 @@ def tmpfs_bytes(memory: int) -> int:
 
 
 def bwrap_command(notebooks: Path | list[Path] | None, memory: int = DEFAULT_MEMORY,
-                  seccomp_fd: int | None = None) -> list[str]:
+                  seccomp_fd: int | None = None, shared: bool = False) -> list[str]:
     """The bubblewrap command line, up to (not including) the program to run; each notebook is bound read-only
     at ``/sandbox/notebook/NAME`` (the notebooks of one folder: their names differ).
+
+    ``shared``: the sandbox of a zygote that serves one student after another (:mod:`.sandbox.zygote`); no
+    notebook is bound, ``/sandbox/notebook`` is a third tmpfs of :func:`tmpfs_bytes`, into which the zygote
+    writes each student's notebooks after emptying it.
 
     The process runs as ``nobody`` (uid and gid 65534) of a user namespace of its own, with every capability
     dropped and no way to create another user namespace, so it cannot remount a read-only bind (run as root or
@@ -77,6 +81,8 @@ def bwrap_command(notebooks: Path | list[Path] | None, memory: int = DEFAULT_MEM
             str(SANDBOX_ID), "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--proc", "/proc",
             "--dev", "/dev", "--perms", "01777", "--size", size, "--tmpfs", "/tmp",
             "--perms", "01777", "--size", size, "--tmpfs", "/dev/shm", "--dir", "/sandbox"]
+    if shared:
+        args += ["--perms", "01777", "--size", size, "--tmpfs", "/sandbox/notebook"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     args += _system_binds()
@@ -93,7 +99,7 @@ def bwrap_command(notebooks: Path | list[Path] | None, memory: int = DEFAULT_MEM
     # bubblewrap's own root and its /dev are tmpfs of half the RAM each: read-only, so that /tmp and /dev/shm
     # stay the only writable places.
     args += ["--remount-ro", "/dev", "--remount-ro", "/"]
-    args += ["--chdir", "/sandbox/notebook" if notebooks is not None else "/tmp"]
+    args += ["--chdir", "/sandbox/notebook" if (notebooks is not None or shared) else "/tmp"]
     return args
 
 

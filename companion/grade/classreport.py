@@ -33,6 +33,7 @@ class ExerciseSummary:
     graded: int  # students graded (those who could not be graded at all are not counted)
     common_failure: str  # the first line of the failure message the most students got about their answer
     common_count: int
+    partial: int = 0  # students who failed it with partial credit (some of its check's parts passed)
 
     @property
     def pass_rate(self) -> float:
@@ -51,7 +52,7 @@ def exercise_summaries(students: list[StudentGrades]) -> list[ExerciseSummary]:
                            and not g.message.startswith("no notebook for chapter"))
         common, count = min(failures.items(), key=lambda item: (-item[1], item[0])) if failures else ("", 0)
         out.append(ExerciseSummary(chapter, exercise, track, sum(g.status == PASSED for g in results), len(results),
-                                   common, count))
+                                   common, count, sum(g.status != PASSED and g.points > 0 for g in results)))
     return out
 
 
@@ -92,9 +93,10 @@ def report_html(students: list[StudentGrades], outside_roster: list[str] | None 
     bins = histogram(students)
     ungraded = [s for s in students if s.note]
     rows = "\n".join(
-        f'<tr data-exercise="{e(x.exercise)}" data-passed="{x.passed}" data-graded="{x.graded}">'
+        f'<tr data-exercise="{e(x.exercise)}" data-passed="{x.passed}" data-graded="{x.graded}" '
+        f'data-partial="{x.partial}">'
         f"<td>{e(x.chapter)}</td><td><code>{e(x.exercise)}</code></td><td>{e(x.track)}</td>"
-        f"<td>{x.passed} / {x.graded}</td><td>{100 * x.pass_rate:.0f}%</td>"
+        f"<td>{x.passed} / {x.graded}</td><td>{100 * x.pass_rate:.0f}%</td><td>{x.partial or ''}</td>"
         f"<td>{e(x.common_failure)}</td><td>{x.common_count or ''}</td></tr>" for x in summaries)
     bin_rows = "\n".join(f'<tr data-low="{_points(lo)}" data-count="{c}"><td>{_points(lo)} to {_points(hi)}</td>'
                          f"<td>{c}</td></tr>" for lo, hi, c in bins)
@@ -120,9 +122,10 @@ td,th{{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:to
 {_points(max((s.max_points for s in students), default=0.0))} points.</p>
 <h2>Exercises</h2>
 <p>Pass rates count the students who could be graded. The message is the first line of the failure the most
-students got on that exercise (a notebook that could not be read or was not handed in aside).</p>
+students got on that exercise (a notebook that could not be read or was not handed in aside); "partial" counts
+the students who failed it with partial credit.</p>
 <table id="exercises"><tr><th>chapter</th><th>exercise</th><th>track</th><th>passed</th><th>rate</th>
-<th>most common failure</th><th>students</th></tr>
+<th>partial</th><th>most common failure</th><th>students</th></tr>
 {rows}
 </table>
 <h2>Final totals</h2>

@@ -44,10 +44,16 @@ from pathlib import Path
 
 from . import exports, gradebook, merge, policy
 from .classworker import ForkedGrader, Slots, WorkerLost
+from .command import parse_size
 from .gradebook import Settings
+from .launcher import DEFAULT_MEMORY
 from .steps import DEFAULT_TOTAL_TIMEOUT
 
 NOTEBOOK_SUFFIXES = (".md", ".ipynb")
+#: Set for the graders and their student processes (which keep them) to the cores per job slot, unless set: with
+#: one compute thread per core in every slot, a checker's small tensors cost PyTorch's and MKL's threads a barrier
+#: each, and slots that wait on one another's threads spend most of their time so.
+COMPUTE_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: Seconds allowed to a grader process beyond its steps' time limits (start-up: importing the frameworks).
 STARTUP_ALLOWANCE = 300.0
 _LOG_LIMIT = 200_000
@@ -188,8 +194,11 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
     command = grader_command(files, work, settings, chapters_flag)
     limit = settings.student_timeout or STARTUP_ALLOWANCE + DEFAULT_TOTAL_TIMEOUT  # the grader's own limit ends first
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
+    for name in COMPUTE_THREADS:  # unless the instructor's environment says otherwise
+        env.setdefault(name, str(_SLOTS.threads))
     log = work / "log.txt"
-    worker = _SLOTS.worker(env) if command[:3] == [sys.executable, "-m", "companion.grade"] else None
+    worker = _SLOTS.worker(env, _memory(settings)) if command[:3] == [sys.executable, "-m", "companion.grade"] \
+        else None
     with log.open("wb") as output:
         output.write(("$ " + shlex.join(command) + "\n").encode())
         output.flush()
@@ -241,6 +250,14 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
     return report, "", waited
 
 
+def _memory(settings: Settings) -> int:
+    """The students' memory limit in bytes (the grader itself reports a value it cannot read)."""
+    try:
+        return parse_size(settings.memory) if settings.memory else DEFAULT_MEMORY
+    except argparse.ArgumentTypeError:
+        return DEFAULT_MEMORY
+
+
 def settings_from(args: argparse.Namespace) -> tuple[Settings, str | None]:
     """Defaults, then the instructor file, then the command line."""
     settings = gradebook.load_settings(args.config) if args.config else Settings()
@@ -289,9 +306,11 @@ def students_in(submissions: Path) -> list[Path]:
 
 def grade_class(submissions: str | Path, out: str | Path, settings: Settings | None = None, jobs: int | None = None,
                 force: bool = False, progress: bool = True, chapters_flag: str | None = None,
-                shard: tuple[int, int] | None = None) -> tuple[list[gradebook.StudentGrades], list[Outcome]]:
+                shard: tuple[int, int] | None = None, share_sandbox: bool = True,
+                ) -> tuple[list[gradebook.StudentGrades], list[Outcome]]:
     """Grade every student folder of ``submissions`` (those of ``shard`` ``(I, N)`` only, when given) and write
-    the gradebook into ``out``; see the module doc."""
+    the gradebook into ``out``; see the module doc. ``share_sandbox=False``: no shared zygote in the workers
+    (each student's grader starts its own sandboxed zygote; the grades are the same, only slower)."""
     settings = settings or Settings()
     jobs = jobs or os.cpu_count() or 1
     if jobs < 1:
@@ -305,6 +324,9 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
             candidate = f"{base}-{len(names)}"
         names[student.name] = candidate
     everyone = [s.name for s in students]
+    # Import every chapter's checks now, in this thread: registry() is not safe to call for the first time from
+    # several threads at once (one may see a chapter whose module another is still importing).
+    gradebook.known_chapters()
     students = [s for position, s in enumerate(students) if merge.in_shard(position, shard)]
     roster = exports.read_roster(settings.roster) if settings.roster else None
     chapters_flag = check_grader_options(settings, chapters_flag)
@@ -314,7 +336,7 @@ def grade_class(submissions: str | Path, out: str | Path, settings: Settings | N
 
     bar = tqdm(total=len(students), unit="student", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     _CANCELLED.clear()
-    _SLOTS.open()
+    _SLOTS.open(share_sandbox, threads=max(1, (os.cpu_count() or 1) // jobs))
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {pool.submit(grade_student, s, out / "students" / names[s.name], settings, code, force,

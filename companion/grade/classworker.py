@@ -3,12 +3,19 @@
 ``python -m companion.grade class`` grades each student with the single-student command in a process of its own.
 Starting that command imports NumPy, PyTorch, TensorFlow and every chapter's checks, seconds of CPU per student.
 A :class:`Worker` (one per ``--jobs`` slot) is a trusted process, started once, that does those imports and then,
-for each student, forks a process that runs exactly that command (:func:`companion.grade.__main__.main` with the
+for each student, forks a process that runs exactly that command (:func:`companion.grade.command.main` with the
 same arguments, its output in the student's log): a fresh copy of the state right after the imports, in a session
 of its own, so it is stopped, times out and reports its exit status like a started command. The student's code
 never runs in a worker or in a forked grader (it runs in the grader's sandboxed student processes, as always), a
 grader that hangs or crashes fails only its own student, and a worker that cannot start or stops answering is
 replaced by the plain command (:func:`companion.grade.classroom._run_grader`).
+
+Where the sandbox works, a worker also keeps a shared zygote (:mod:`.forkserver`, :mod:`.sandbox.zygote`): a
+sandboxed process that imported NumPy, PyTorch and TensorFlow once, from which every student process of every
+student of this slot is forked, after the student's grader has emptied the sandbox of the previous student's
+processes, files and IPC objects and put this student's notebooks in it (:meth:`.forkserver.Zygote.reset`). After
+each grader the worker asks the zygote whether it still answers, and replaces it with a fresh one when it does not
+(or when the grader ended abnormally: what it left half-done in the zygote is not trusted).
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+
+from .control import ControlLost, receive_json
 
 #: Seconds a worker may take to import the grading code and the frameworks.
 STARTUP_TIMEOUT = 300.0
@@ -34,41 +44,33 @@ class WorkerLost(Exception):
 class Worker:
     """A trusted process that forks one single-student grader per request (one request at a time)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], memory: int, share_sandbox: bool = True) -> None:
+        """``memory``: the address-space limit of the students' processes (``--memory``, in bytes);
+        ``share_sandbox``: keep a shared zygote (where the sandbox works)."""
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fd = theirs.detach()
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "companion.grade.classworker", str(fd)],
+            self.process = subprocess.Popen([sys.executable, "-m", "companion.grade.classworker", str(fd),
+                                             str(memory), "share" if share_sandbox else "own"],
                                             pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, env=env)
         finally:
             os.close(fd)
         self.ready = False
 
-    def _receive(self, seconds: float | None) -> dict:
-        self.control.settimeout(seconds)
+    def receive(self, seconds: float | None) -> dict:
+        """The worker's next message; raises ``TimeoutError``, or :class:`WorkerLost` when it is gone."""
         try:
-            data = self.control.recv(1 << 16)
-        except TimeoutError:
-            raise
-        except OSError as error:
+            return receive_json(self.control, seconds)
+        except ControlLost as error:
             raise WorkerLost(str(error)) from None
-        if not data:
-            raise WorkerLost("the worker exited")
-        try:
-            message = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise WorkerLost("an answer that is not JSON") from None
-        if not isinstance(message, dict):
-            raise WorkerLost("an answer that is not an object")
-        return message
 
     def wait_ready(self) -> None:
         """Wait for the worker's imports (the first time); raise :class:`WorkerLost` when it does not start."""
         if self.ready:
             return
         try:
-            if not self._receive(STARTUP_TIMEOUT).get("ready"):
+            if not self.receive(STARTUP_TIMEOUT).get("ready"):
                 raise WorkerLost("the worker did not start")
         except (OSError, TimeoutError, WorkerLost) as error:
             self.close()
@@ -80,7 +82,7 @@ class Worker:
         self.wait_ready()
         try:
             self.control.send(json.dumps({"argv": argv, "log": log}).encode("utf-8"))
-            pid = self._receive(FORK_TIMEOUT).get("pid")
+            pid = self.receive(FORK_TIMEOUT).get("pid")
         except (OSError, TimeoutError) as error:
             self.close()
             raise WorkerLost(str(error) or type(error).__name__) from None
@@ -114,7 +116,7 @@ class ForkedGrader:
         if self.returncode is not None:
             return self.returncode
         try:
-            message = self.worker._receive(timeout)
+            message = self.worker.receive(timeout)
         except TimeoutError:
             raise subprocess.TimeoutExpired(f"grader {self.pid}", timeout or 0) from None
         except WorkerLost:  # the worker died: the grader was its child, so it is gone or orphaned
@@ -134,21 +136,27 @@ class Slots:
 
     def __init__(self) -> None:
         self.on = False
+        self.share_sandbox = True
+        self.threads = 1
         self.workers: list[Worker] = []
         self.local = threading.local()
         self.lock = threading.Lock()
 
-    def open(self) -> None:
-        self.on = True
+    def open(self, share_sandbox: bool = True, threads: int = 1) -> None:
+        """Start workers from now on; ``share_sandbox``: each keeps a shared zygote (where the sandbox works);
+        ``threads``: compute threads per grader (:data:`companion.grade.classroom.COMPUTE_THREADS`)."""
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1; got {threads}")
+        self.on, self.share_sandbox, self.threads = True, share_sandbox, threads
 
-    def worker(self, env: dict[str, str]) -> Worker | None:
+    def worker(self, env: dict[str, str], memory: int) -> Worker | None:
         """This slot's worker (None when workers are off, or this slot's failed: the command is started then)."""
         if not self.on:
             return None
         worker = getattr(self.local, "worker", None)
         if worker is None and not getattr(self.local, "failed", False):
             try:
-                worker = self.local.worker = Worker(env)
+                worker = self.local.worker = Worker(env, memory, self.share_sandbox)
             except OSError:
                 self.local.failed = True
                 return None
@@ -182,7 +190,7 @@ def _grader(argv: list[str], log: str) -> int:
     os.dup2(output, 1)
     os.dup2(output, 2)
     os.close(output)
-    from companion.grade import __main__ as command
+    from companion.grade import command
 
     sys.argv = [command.__file__, *argv]
 
@@ -198,12 +206,55 @@ def _grader(argv: list[str], log: str) -> int:
     return code
 
 
-def serve(control: socket.socket) -> None:
+class SharedSandbox:
+    """The worker's shared zygote: started at once (it imports while the worker does), replaced when it fails."""
+
+    def __init__(self, memory: int) -> None:
+        self.memory = memory
+        self.zygote = None
+        self.start()
+
+    def start(self) -> None:
+        from companion.grade.forkserver import Zygote
+        from companion.grade.launcher import Limits
+
+        # Generous CPU limit for the zygote itself: each student process lowers its own at the fork.
+        self.zygote = Zygote(("shared", ("torch", "keras")), [], ["torch", "keras"],
+                             Limits(memory=self.memory, cpu_seconds=10**6), True, shared=True)
+
+    def ready(self) -> bool:
+        """Wait for the zygote's imports (starting a fresh one when it is gone); whether it is usable."""
+        from companion.grade.forkserver import share
+        from companion.grade.remote import SandboxLost
+
+        if self.zygote is None or self.zygote.dead:
+            self.start()
+        try:
+            self.zygote.wait_ready(time.monotonic() + STARTUP_TIMEOUT)
+        except SandboxLost:
+            self.zygote.kill()
+            share(None)
+            return False
+        share(self.zygote)
+        return True
+
+    def after(self, sound: bool) -> None:
+        """After a grader: keep the zygote if the grader ended normally and the zygote still answers."""
+        from companion.grade.forkserver import share
+
+        if not (sound and self.zygote.ping()):
+            self.zygote.kill()  # the whole sandbox, waited for: a fresh one is started for the next student
+            share(None)
+
+
+def serve(control: socket.socket, shared: SharedSandbox | None) -> None:
     while True:
         data = control.recv(1 << 16)
         if not data:
             return
         request = json.loads(data.decode("utf-8"))
+        if shared is not None and not shared.ready():
+            shared = None  # the shared zygote cannot start: each grader starts zygotes of its own
         ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -226,23 +277,42 @@ def serve(control: socket.socket) -> None:
         os.close(ready_r)
         control.send(json.dumps({"pid": pid}).encode("utf-8"))
         _, status = os.waitpid(pid, 0)
-        control.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode("utf-8"))
+        code = os.waitstatus_to_exitcode(status)
+        if shared is not None:
+            shared.after(code in (0, 1))
+        control.send(json.dumps({"exit": code}).encode("utf-8"))
+
+
+def _warm_up() -> None:
+    """What the checkers do first in every grader, done once here: autograd's first call imports much of PyTorch."""
+    import torch
+
+    x = torch.ones(2, requires_grad=True)
+    torch.autograd.grad((x * x).sum(), x)
 
 
 def main(argv: list[str]) -> None:
     control = socket.socket(fileno=int(argv[0]))
+    memory, share_sandbox = int(argv[1]), argv[2] == "share"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the class grader, which stops what is running
-    from companion.checks import registry
-    from companion.grade import __main__  # noqa: F401 - what the command imports
     from companion.grade.launcher import sandbox_status
-    from companion.grade.runner import _import_quietly
+
+    shared = None
+    if share_sandbox and sandbox_status()[0]:  # probed once here (it is cached), not by every grader forked
+        shared = SharedSandbox(memory)  # imports the frameworks in its sandbox while this process imports below
+    from companion.checks import registry
+    from companion.grade import command  # noqa: F401 - what the command imports
+    from companion.grade.runner import import_quietly
 
     registry()
-    sandbox_status()  # probed once here (it is cached), not by every grader forked from this worker
     for module in ("torch", "keras"):
-        _import_quietly(module)
+        import_quietly(module)
+    try:
+        _warm_up()
+    except Exception:  # a missing framework: the graders import what they need
+        pass
     control.send(json.dumps({"ready": True}).encode("utf-8"))
-    serve(control)
+    serve(control, shared)
 
 
 if __name__ == "__main__":

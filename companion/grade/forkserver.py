@@ -12,6 +12,13 @@ next fork. The zygote never runs the student's code, but it shares the sandbox w
 on it: every request has a deadline, a zygote that misses one is killed whole (and a fresh one carries on), and
 :meth:`Zygotes.close` kills every zygote with :meth:`~companion.grade.launcher.Child.kill` before any report is
 written.
+
+A class worker (:mod:`companion.grade.classworker`) keeps one zygote for all the students it grades, one after
+another (:func:`share`): a zygote started ``shared`` in a sandbox of its own kind, which each student's grader
+first resets with that student's notebooks (:meth:`Zygote.reset`: everything of the previous student is
+ended and removed, see :mod:`companion.grade.sandbox.zygote`), so a student's process starts without the imports'
+seconds and still from the same pristine state, in a sandbox holding only that student's files. Without the
+sandbox there is no shared zygote: each student gets zygotes of its own, as above.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from .control import ControlLost, receive_json
 from .launcher import Child, Limits, OutputTail
+from .notebooks import leaves_folder
 from .remote import SandboxLost
 
 #: Seconds the zygote may take to answer a request (fork, end, status) before it is killed whole.
@@ -37,20 +46,24 @@ class ZygoteLost(Exception):
 
 
 class Zygote:
-    """One contained fork server for the notebooks of one folder, importing ``frameworks`` once."""
+    """One contained fork server for the notebooks of one folder, importing ``frameworks`` once (``shared``: for
+    one student after another, see :meth:`reset`)."""
 
     def __init__(self, key: tuple, notebooks: list[Path], frameworks: list[str], limits: Limits,
-                 sandbox: bool) -> None:
+                 sandbox: bool, shared: bool = False) -> None:
         self.key = key
         self.sandbox = sandbox
+        self.shared = shared
+        self.memory = limits.memory
         self.busy = False
         self.dead = False
         self.ready: bool | None = None
         self.lost: SandboxLost | None = None
         self.lock = threading.Lock()
         # One process more than a student's process has: the zygote itself.
-        self.child = Child(notebooks, replace(limits, processes=limits.processes + 1 if limits.processes else 0),
-                           sandbox, zygote=frameworks)
+        self.child = Child([] if shared else notebooks,
+                           replace(limits, processes=limits.processes + 1 if limits.processes else 0), sandbox,
+                           zygote=frameworks, shared=shared)
 
     def wait_ready(self, deadline: float) -> None:
         """Wait for the imports; raise :class:`SandboxLost` as a student process that cannot start does."""
@@ -73,20 +86,11 @@ class Zygote:
             raise self.lost
 
     def _receive(self, seconds: float) -> dict:
-        self.child.control.settimeout(seconds)
         try:
-            data = self.child.control.recv(1 << 16)
-        except TimeoutError:
-            raise TimeoutError() from None
-        except OSError as error:
+            reply = receive_json(self.child.control, seconds)
+        except ControlLost as error:
             raise ZygoteLost(str(error)) from None
-        if not data:
-            raise ZygoteLost("closed")
-        try:
-            reply = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ZygoteLost("an answer that is not JSON") from None
-        if not isinstance(reply, dict) or "error" in reply:
+        if "error" in reply:
             raise ZygoteLost(f"an unexpected answer {str(reply)[:80]}")
         return reply
 
@@ -99,9 +103,53 @@ class Zygote:
             self.kill()
             raise ZygoteLost(str(error) or type(error).__name__) from None
 
+    def reset(self, notebooks: list[Path]) -> None:
+        """A shared zygote, for the next student: end and remove everything of the last one, then write
+        ``notebooks`` (those inside the student's folder, as they are bound otherwise) into the sandbox.
+        Raises :class:`ZygoteLost` (the zygote is then killed whole)."""
+        files = [path for path in notebooks if path.is_file() and not leaves_folder(path)]
+        contents = [path.read_bytes() for path in files]
+        fd = os.memfd_create("companion-grade-notebooks", os.MFD_CLOEXEC)
+        try:
+            for data in contents:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            os.lseek(fd, 0, os.SEEK_SET)
+            names = [[path.name, len(data)] for path, data in zip(files, contents, strict=True)]
+            reply = self.request({"op": "reset", "files": names}, (fd,))
+        finally:
+            os.close(fd)
+        if not reply.get("reset"):
+            self.kill()
+            raise ZygoteLost("the reset was not confirmed")
+
+    def ping(self, seconds: float = 10.0) -> bool:
+        """Whether the zygote answers (a shared one, between two students); one that does not is killed whole."""
+        if self.dead:
+            return False
+        try:
+            return bool(self.request({"op": "ping"}, seconds=seconds).get("pong"))
+        except ZygoteLost:
+            return False
+
     def kill(self) -> None:
         self.dead = True
         self.child.kill()
+
+
+#: The shared zygote of this process's class worker, if any (:func:`share`, :func:`shared_zygote`).
+_SHARED: list[Zygote] = []
+
+
+def share(zygote: Zygote | None) -> None:
+    """Offer ``zygote`` (a shared one, ready) to the graders forked from now on; None: no shared zygote."""
+    _SHARED[:] = [zygote] if zygote is not None else []
+
+
+def shared_zygote() -> Zygote | None:
+    """The shared zygote offered to this process (a grader forked by a class worker), or None."""
+    return _SHARED[0] if _SHARED and not _SHARED[0].dead else None
 
 
 class Forked(OutputTail):
@@ -197,14 +245,38 @@ class Forked(OutputTail):
 
 class Zygotes:
     """The zygotes of one grading run: one per folder and set of frameworks (one more per notebook graded at the
-    same time), each with the limits given for its folder (a forked process may only lower its CPU limit)."""
+    same time), each with the limits given for its folder (a forked process may only lower its CPU limit).
 
-    def __init__(self, folders: dict[Path, list[Path]], limits: dict[Path, Limits], sandbox: bool) -> None:
+    ``shared``: a shared zygote (:func:`shared_zygote`) used, after a :meth:`Zygote.reset`, for the notebooks of
+    the only folder graded, one at a time; when it is busy or fails, zygotes of their own take over.
+    """
+
+    def __init__(self, folders: dict[Path, list[Path]], limits: dict[Path, Limits], sandbox: bool,
+                 shared: Zygote | None = None) -> None:
         self.folders = folders
         self.limits = limits
         self.sandbox = sandbox
         self.all: list[Zygote] = []
         self.lock = threading.Lock()
+        usable = shared is not None and sandbox and len(folders) == 1 and shared.ready and not shared.dead
+        self.shared = shared if usable else None
+        self.shared_folder = next(iter(folders)) if usable else None
+        self.shared_reset = False
+
+    def _shared_for(self, folder: Path) -> Zygote | None:
+        """The shared zygote, reset for ``folder``'s student, if it may serve a notebook of ``folder`` now."""
+        zygote = self.shared
+        if zygote is None or folder != self.shared_folder or zygote.dead or zygote.busy:
+            return None
+        if not self.shared_reset:
+            try:
+                zygote.reset(self.folders[folder])
+            except (ZygoteLost, OSError):
+                zygote.kill()
+                self.shared = None
+                return None
+            self.shared_reset = True
+        return zygote
 
     def _start(self, key: tuple) -> Zygote:
         folder, frameworks = key
@@ -217,6 +289,8 @@ class Zygotes:
         """Start a zygote for ``path``'s folder unless there is one (it imports while other notebooks are graded)."""
         key = (path.parent, tuple(frameworks))
         with self.lock:
+            if self.shared is not None and path.parent == self.shared_folder:
+                return
             if not any(z.key == key and not z.dead for z in self.all):
                 self._start(key)
 
@@ -224,7 +298,8 @@ class Zygotes:
         """A student process for ``path``, forked when :meth:`Forked.start` is called."""
         key = (path.parent, tuple(frameworks))
         with self.lock:
-            zygote = next((z for z in self.all if z.key == key and not z.dead and not z.busy), None)
+            zygote = self._shared_for(path.parent) or next(
+                (z for z in self.all if z.key == key and not z.dead and not z.busy), None)
             if zygote is None:
                 zygote = self._start(key)
             zygote.busy = True
@@ -235,7 +310,7 @@ class Zygotes:
             zygote.busy = False
             if zygote.dead and zygote in self.all:
                 self.all.remove(zygote)
-        if zygote.dead:
+        if zygote.dead and zygote is not self.shared:
             zygote.kill()  # every process of its sandbox ended and waited for (again: harmless)
 
     def close_folder(self, folder: Path) -> None:
@@ -248,8 +323,15 @@ class Zygotes:
             zygote.kill()
 
     def close(self) -> None:
-        """End every zygote and everything in its sandbox, and wait for them."""
+        """End every zygote and everything in its sandbox, and wait for them; of the shared zygote, every process
+        it forked (it is killed whole when it does not confirm)."""
         with self.lock:
             zygotes, self.all = self.all, []
+            shared, self.shared = self.shared, None
         for zygote in zygotes:
             zygote.kill()
+        if shared is not None and not shared.dead:
+            try:
+                shared.request({"op": "end"})
+            except ZygoteLost:
+                pass  # killed whole by request()

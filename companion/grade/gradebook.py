@@ -3,7 +3,9 @@
 The class grader (:mod:`companion.grade.classroom`) grades each student with ``python -m companion.grade`` and
 keeps its JSON report. This module turns those reports into points:
 
-- every exercise of a due chapter is a column; it earns its points when its status is ``passed``, 0 otherwise;
+- every exercise of a due chapter is a column; it earns its points when its status is ``passed``, 0 otherwise,
+  unless the instructor allows partial credit (``partial_credit = true``): a check with parts
+  (:func:`companion.checks.part`) that failed only in its parts then earns the fraction of its parts passed;
 - an exercise with no result (a missing notebook, a student who could not be graded) earns 0 and says why;
 - exercises of tracks that are not graded are left out of the gradebook (and of the maximum);
 - a chapter handed in late loses a fraction of the points its exercises earned (:mod:`.policy`): each exercise
@@ -34,7 +36,7 @@ else:  # pragma: no cover - Python 3.10
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _SETTINGS_KEYS = {"chapters", "tracks", "timeout", "notebooks", "extra_checks", "memory", "student_timeout",
-                  "points_per_exercise", "roster"}
+                  "points_per_exercise", "roster", "partial_credit"}
 _TABLES = ("grading", "points", "late", "canvas")
 
 
@@ -51,6 +53,7 @@ class Settings:
     memory: str | None = None
     student_timeout: float | None = None
     points_per_exercise: float = 1.0
+    partial_credit: bool = False  # a failed check with parts earns the fraction of its parts passed
     points: dict[str, float] = field(default_factory=dict)
     late: LatePolicy = field(default_factory=LatePolicy)
     roster: Path | None = None  # the instructor's roster CSV, for the LMS exports (companion.grade.exports)
@@ -141,6 +144,10 @@ def load_settings(path: str | Path) -> Settings:
             setattr(settings, key, grading[key])
     if "roster" in grading:
         settings.roster = (path.parent / str(grading["roster"])).resolve()
+    if "partial_credit" in grading:
+        if not isinstance(grading["partial_credit"], bool):
+            raise ValueError(f"grading.partial_credit must be true or false; got {grading['partial_credit']!r}")
+        settings.partial_credit = grading["partial_credit"]
 
     def chapter(value: Any) -> str:
         return resolve_chapters([str(value)], allow_unknown=settings.extra_checks is not None)[0]
@@ -178,6 +185,7 @@ class Grade:
     max_points: float
     late_days: int = 0
     penalty: float = 0.0  # points taken off for lateness
+    parts: str = ""  # "2 of 3 parts" when a failed check with parts earned partial credit
 
     @property
     def final(self) -> float:
@@ -277,11 +285,21 @@ def student_grades(student: str, report: dict | None, note: str, settings: Setti
         status = str(result.get("status", FAILED))
         passed = status == PASSED
         days = late.get(chapter, 0)
-        earned = worth if passed else 0.0
+        fraction, parts = (1.0, "") if passed else _partial(result) if settings.partial_credit else (0.0, "")
+        earned = worth * fraction
         out.grades.append(Grade(chapter, exercise, track, PASSED if passed else FAILED,
                                 str(result.get("reason", "")), str(result.get("message", "")),
-                                earned, worth, days, round(earned * settings.late.penalty_fraction(days), 9)))
+                                earned, worth, days, round(earned * settings.late.penalty_fraction(days), 9), parts))
     return out
+
+
+def _partial(result: dict) -> tuple[float, str]:
+    """The fraction a failed result earns from its parts (a wrong answer whose check has parts), and its words."""
+    parts = result.get("parts")
+    if result.get("reason") != "wrong" or not isinstance(parts, list) or not parts:
+        return 0.0, ""
+    passed = sum(1 for p in parts if isinstance(p, list) and len(p) == 2 and p[1] is True)
+    return passed / len(parts), f"{passed} of {len(parts)} parts"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -355,7 +373,7 @@ def feedback_markdown(student: StudentGrades) -> str:
             late = f" ({days} day{'s' * (days != 1)} late: {_points(off)} off)" if days else ""
             lines += ["", f"## {chapter}: {_points(earned - off)} of {_points(worth)} points{late}", "",
                       "| exercise | track | points | result | message |", "| --- | --- | --- | --- | --- |"]
-        result = "pass" if g.status == PASSED else "FAIL"
+        result = "pass" if g.status == PASSED else f"FAIL ({g.parts})" if g.parts else "FAIL"
         lines.append(f"| `{g.exercise}` | {g.track} | {_points(g.points)} / {_points(g.max_points)} | {result} | "
                      f"{_md(g.message)} |")
     if student.problems:

@@ -120,14 +120,15 @@ class Job:
         self.result.problems.append(message)
 
     def exercise_done(self, status: str, reason: str, text: str, seconds: float = 0.0, output: str = "",
-                      output_chars: int = 0) -> None:
+                      output_chars: int = 0, parts: list[list] | None = None) -> None:
         item = self.pending.pop(0)
         if status == PASSED:
             text = text or item.title
         else:
             text = self._hints(item, reason, text)
         self.result.exercises.append(ExerciseResult(
-            item.id, item.track, item.title, status, reason, text, round(seconds, 4), output, output_chars))
+            item.id, item.track, item.title, status, reason, text, round(seconds, 4), output, output_chars,
+            list(parts or [])))
 
     def exercise_failed(self, reason: str, text: str, seconds: float = 0.0) -> None:
         self.exercise_done(FAILED, reason, text, seconds)

@@ -45,6 +45,7 @@ from .bubblewrap import (
     seccomp_note,
     tmpfs_bytes,
 )
+from .sandbox.processes import children_of
 from .seccomp import filter_fd
 
 #: Processes the student's code may have at once (its own included).
@@ -70,25 +71,6 @@ def become_subreaper() -> bool:
         return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-def _children_of(pid: int) -> set[int]:
-    found = set()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as file:
-                fields = file.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and fields[1] == str(pid):
-            found.add(int(entry))
-    return found
 
 
 class _Cgroup:
@@ -190,11 +172,14 @@ class Child(OutputTail):
     With ``zygote`` (the frameworks to import, e.g. ``["torch", "keras"]``) the process is the fork server of
     :mod:`.sandbox.zygote` for ``notebook`` (one or a list, of one folder) instead: ``control`` is its socket, and
     the student processes it forks live in the same sandbox, session, cgroup and limits, so :meth:`kill` ends them
-    too.
+    too. ``shared`` (with the sandbox only): the zygote serves one student after another in a sandbox of its own
+    kind (:func:`~companion.grade.bubblewrap.bwrap_command`), emptied between them.
     """
 
     def __init__(self, notebook: Path | list[Path] | None, limits: Limits, sandbox: bool,
-                 zygote: list[str] | None = None) -> None:
+                 zygote: list[str] | None = None, shared: bool = False) -> None:
+        if shared and not (sandbox and zygote is not None):
+            raise ValueError("shared: only a zygote in the sandbox can serve one student after another")
         out_r, out_w = os.pipe()
         if zygote is None:
             to_child_r, self.to_child = os.pipe()
@@ -205,7 +190,7 @@ class Child(OutputTail):
             self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.to_child = self.from_child = -1
             passed = (theirs.detach(),)
-            entry, arguments = "sandbox.zygote", [str(passed[0]), ",".join(zygote)]
+            entry, arguments = "sandbox.zygote", [str(passed[0]), ",".join(zygote), "shared" if shared else ""]
         self.tail = b""
         self.output_bytes = 0
         self.cgroup = _Cgroup(limits.processes + 4) if limits.processes else _Cgroup.__new__(_Cgroup)
@@ -214,15 +199,15 @@ class Child(OutputTail):
         nproc = None
         if self.cgroup.path is None and os.geteuid() != 0 and limits.processes:
             nproc = _user_process_count() + limits.processes
-        self.before = _children_of(os.getpid())
+        self.before = children_of(os.getpid())
         library = SANDBOX_LIB if sandbox else str(Path(_sandbox_package()).parent)
         program = [sys.executable, "-I", "-c",
-                   f"import sys; sys.path.insert(0, sys.argv[3]); from {entry} import main; main(sys.argv[1:3])",
+                   f"import sys; sys.path.insert(0, sys.argv[-1]); from {entry} import main; main(sys.argv[1:-1])",
                    *arguments, library]
         seccomp_fd = filter_fd() if sandbox else None
         if seccomp_fd is not None:
             passed = (*passed, seccomp_fd)
-        command = [*bwrap_command(notebook, limits.memory or DEFAULT_MEMORY, seccomp_fd), *program] if sandbox \
+        command = [*bwrap_command(notebook, limits.memory or DEFAULT_MEMORY, seccomp_fd, shared), *program] if sandbox \
             else program
         first = notebook if isinstance(notebook, Path) or notebook is None else (notebook[0] if notebook else None)
         cgroup = self.cgroup
@@ -306,7 +291,7 @@ class Child(OutputTail):
         """Kill and wait for the processes re-parented to the grader since this child started (setsid, forks)."""
         for _ in range(100):
             with _SPAWN:
-                strays = _children_of(os.getpid()) - self.before - _LIVE - {self.process.pid}
+                strays = children_of(os.getpid()) - self.before - _LIVE - {self.process.pid}
             if not strays:
                 return
             for stray in strays:

@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from companion.checks import register_proxy
+
 from .launcher import Child
 from .sandbox import protocol as P
 
@@ -98,6 +100,18 @@ class Remote:
 
     def __bool__(self) -> bool:
         return True
+
+
+def _remote_name(remote: Remote) -> str:
+    return str(remote.__name__)
+
+
+def _remote_gradients(remote: Remote, args: tuple, upstream: Any, index: int | None, framework: str
+                      ) -> tuple[Any, list, str]:
+    return object.__getattribute__(remote, "_session").grad(remote, args, upstream, index, framework=framework)
+
+
+register_proxy(Remote, _remote_name, _remote_gradients)
 
 
 def _framework_class(name: str) -> type | None:
@@ -187,9 +201,10 @@ class Session:
     def raw(self, op: str, **fields: Any) -> tuple[dict, list[bytes]]:
         """Send one request with plain JSON fields; return the reply (serving callbacks meanwhile)."""
         self.send({"op": op, "output_limit": self.output_limit, **fields})
-        return self._wait()
+        return self.wait_reply()
 
-    def _wait(self) -> tuple[dict, list[bytes]]:
+    def wait_reply(self) -> tuple[dict, list[bytes]]:
+        """The reply to the request sent last (or the ``ready`` of ``hello``), serving callbacks meanwhile."""
         while True:
             message, data = self.receive()
             if message.get("reply") is True:
@@ -226,7 +241,7 @@ class Session:
             header[key] = value if key in ("target", "name") else P.encode(value, buffers, self._other)
         self.calls += 1
         self.send(header, buffers)
-        reply, data = self._wait()
+        reply, data = self.wait_reply()
         return self.value(reply, data)
 
     def value(self, reply: dict, data: list[bytes]) -> Any:
@@ -285,7 +300,7 @@ class Session:
                   "upstream": P.encode(upstream, buffers, self._other), "index": index, "framework": framework}
         self.calls += 1
         self.send(header, buffers)
-        reply, data = self._wait()
+        reply, data = self.wait_reply()
         result = self.value(reply, data)
         if not reply.get("differentiable"):
             return result, [None] * len(args), str(reply.get("why", ""))

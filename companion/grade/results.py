@@ -37,6 +37,7 @@ class ExerciseResult:
     seconds: float = 0.0
     output: str = ""  # what the student's code printed while it was checked, cut to the limit
     output_chars: int = 0  # how many characters it printed in all
+    parts: list[list] = field(default_factory=list)  # [name, passed] of each part, when a check with parts failed
 
     @property
     def passed(self) -> bool:

@@ -11,7 +11,9 @@ The process model: for each folder of notebooks (one student) a zygote (:mod:`co
 :mod:`companion.grade.sandbox.zygote`) is started contained (:mod:`companion.grade.launcher`: bubblewrap, rlimits,
 a pids cgroup, its own session) and imports the frameworks once; each notebook's student process is forked from
 it, so it starts as a copy of the state right after the imports and nothing one notebook's code did reaches
-another. The next folder's zygote starts while the current folder is graded.
+another. The next folder's zygote starts while the current folder is graded. A grader forked by a class worker
+(:mod:`companion.grade.classworker`) uses the worker's shared zygote instead, emptied and given this student's
+notebooks first.
 
 Each step (starting, loading one cell, checking one exercise) has a time limit. A step that runs out of time or
 kills the process fails alone: the process and everything it started are ended and a freshly forked one carries
@@ -33,7 +35,7 @@ from typing import Any
 
 from companion.checks import TRACKS, exercises_for, registry
 
-from .forkserver import Zygotes
+from .forkserver import Zygotes, shared_zygote
 from .jobs import Job
 from .launcher import DEFAULT_MEMORY, Limits, become_subreaper, sandbox_status, seccomp_note
 from .notebooks import collect_notebooks, leaves_folder, link_refused
@@ -50,7 +52,7 @@ from .steps import (
 )
 
 __all__ = ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "DEFAULT_TOTAL_TIMEOUT", "HIDDEN_FAILED", "STARTUP_TIMEOUT",
-           "Options", "expected_chapters", "grade", "load_extra_checks"]
+           "Options", "expected_chapters", "grade", "import_quietly", "load_extra_checks"]
 
 
 def load_extra_checks(path: str | Path) -> dict[str, list[Callable[[Any], None]]]:
@@ -93,7 +95,7 @@ def expected_chapters(chapters: Iterable[str] | None) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def _import_quietly(module: str) -> None:
+def import_quietly(module: str) -> None:
     """Import a framework for the checkers with its start-up messages (written to fd 2 by C++) silenced."""
     import importlib
 
@@ -179,7 +181,7 @@ def grade(
                       deadline=time.monotonic() + total_timeout, total_timeout=total_timeout)
     become_subreaper()
     if "keras" in selected:
-        _import_quietly("keras")
+        import_quietly("keras")
 
     found = collect_notebooks(paths)
     registered = {e.chapter for e in registry().values()}
@@ -210,7 +212,11 @@ def grade(
         seconds = max(cpu_seconds(job, options), limits[folder].cpu_seconds if folder in limits else 0)
         limits[folder] = Limits(memory=options.memory, cpu_seconds=seconds)
         left[folder] = left.get(folder, 0) + 1
-    zygotes = Zygotes(folders_of, limits, options.sandbox)
+    # In a class worker's grader: the worker's shared zygote, when it has this run's memory limit (it serves the
+    # notebooks of one folder, after emptying its sandbox of the previous student's).
+    shared = shared_zygote()
+    zygotes = Zygotes(folders_of, limits, options.sandbox,
+                      shared if shared is not None and shared.memory == options.memory else None)
     counting = threading.Lock()
 
     def run(index: int) -> None:

@@ -4,7 +4,9 @@ bubblewrap installs it (``--seccomp FD``) just before it starts the student's pr
 ``EPERM``, the system calls that change what the process can see or reach: mounting and unmounting (old and new
 mount API), new or other namespaces (``unshare``, ``setns``), ``ptrace`` and reading or writing another process's
 memory, the kernel keyring, ``bpf``, ``perf_event_open``, ``userfaultfd``, file handles, ``chroot`` and
-``pivot_root``, kernel modules, ``kexec``, ``reboot``, swap, ``acct``, ``quotactl`` and the kernel log. System
+``pivot_root``, kernel modules, ``kexec``, ``reboot``, swap, ``acct``, ``quotactl``, the kernel log, and POSIX
+message queues (``mq_open``: a queue outlives its processes and cannot be listed, so students graded one after
+another in one sandbox could pass messages through it). System
 calls of another architecture's convention (32-bit ``int 0x80`` on x86-64, x32) are refused whole, so the numbers
 below cannot be dodged. Every other call is allowed: the student's code still computes, threads, forks (inside the
 process limit), reads what the sandbox shows and writes its private ``/tmp``.
@@ -35,7 +37,7 @@ REFUSED = (
     "pivot_root", "chroot", "unshare", "setns", "ptrace", "process_vm_readv", "process_vm_writev", "keyctl",
     "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "name_to_handle_at", "open_by_handle_at",
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon",
-    "swapoff", "acct", "quotactl", "syslog", "vhangup",
+    "swapoff", "acct", "quotactl", "syslog", "vhangup", "mq_open",
 )
 
 _X86_64 = {
@@ -45,7 +47,7 @@ _X86_64 = {
     "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "name_to_handle_at": 303,
     "open_by_handle_at": 304, "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246,
     "kexec_file_load": 320, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "quotactl": 179,
-    "syslog": 103, "vhangup": 153,
+    "syslog": 103, "vhangup": 153, "mq_open": 240,
 }
 _AARCH64 = {
     "mount": 40, "umount2": 39, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
@@ -54,7 +56,7 @@ _AARCH64 = {
     "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "name_to_handle_at": 264,
     "open_by_handle_at": 265, "init_module": 105, "finit_module": 273, "delete_module": 106, "kexec_load": 104,
     "kexec_file_load": 294, "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89, "quotactl": 60,
-    "syslog": 116, "vhangup": 58,
+    "syslog": 116, "vhangup": 58, "mq_open": 180,
 }
 #: machine name -> (AUDIT_ARCH value, system call numbers, first number of a foreign convention or None)
 _ARCHITECTURES = {

@@ -95,7 +95,7 @@ def grade_job(job: Job, options: Options, zygotes: Zygotes) -> None:
         try:
             session.start_step(options.seconds(STARTUP_TIMEOUT))
             child.start(session.deadline or 0.0)
-            reply, _ = session._wait()
+            reply, _ = session.wait_reply()
             if not reply.get("ready"):
                 raise SandboxLost("protocol", "it did not start")
             if job.started is None:
@@ -162,7 +162,7 @@ def _check(session: Session, job: Job, item: Exercise, options: Options) -> None
                                         "write it yourself")
         return
     start = time.perf_counter()
-    reason, message = _run_checker(item.checker, answer)
+    reason, message, parts = _run_checker(item.checker, answer)
     if session.shortcuts:
         names = ", ".join(f"`{name}`" for name in dict.fromkeys(session.shortcuts))
         reason, message = "shortcut", f"`{item.symbol}` called {names}: this exercise asks you to write it yourself"
@@ -171,30 +171,33 @@ def _check(session: Session, job: Job, item: Exercise, options: Options) -> None
                                        "answer may not change the profiler or PyTorch's dispatch modes")
     if reason == "ok":
         for extra in options.extra.get(item.id, []):
-            extra_reason, _ = _run_checker(extra, answer)
+            extra_reason, _, _ = _run_checker(extra, answer)
             if extra_reason != "ok":
                 reason, message = "hidden", HIDDEN_FAILED + (
                     "" if extra_reason == "wrong" else " (your code raised an exception on a hidden case)")
                 break
     job.exercise_done(PASSED if reason == "ok" else FAILED, reason, message, time.perf_counter() - start,
-                      session.output_text(), session.output_chars)
+                      session.output_text(), session.output_chars, parts if reason == "wrong" else [])
 
 
-def _run_checker(checker: Callable[[Any], None], answer: Any) -> tuple[str, str]:
+def _run_checker(checker: Callable[[Any], None], answer: Any) -> tuple[str, str, list[list]]:
+    """(reason, message, parts): ``parts`` lists [name, passed] when a check with parts failed only in its parts
+    (:func:`companion.checks.part`), else it is empty."""
     try:
         checker(answer)
-        return "ok", ""
+        return "ok", "", []
     except CheckFailed as failure:
-        return "wrong", _cut(str(failure))
+        parts = [[str(name), bool(passed)] for name, passed in getattr(failure, "parts", ())]
+        return "wrong", _cut(str(failure)), parts
     except NotImplementedError:
-        return "not-implemented", "not implemented yet (replace the `raise NotImplementedError`)"
+        return "not-implemented", "not implemented yet (replace the `raise NotImplementedError`)", []
     except StudentError as error:  # raised by the student's code outside the checker's call()
         where = f" (at {error.where})" if error.where else ""
-        return "error", f"your code raised {type(error).__name__}: {error}{where}"
+        return "error", f"your code raised {type(error).__name__}: {error}{where}", []
     except AssertionError as failure:
-        return "wrong", _cut(str(failure)) or "the check failed"
+        return "wrong", _cut(str(failure)) or "the check failed", []
     except Exception as error:  # the checker tripped over the answer, e.g. a list where a tensor was expected
-        return "error", f"the check could not use your answer: {type(error).__name__}: {_cut(str(error), 1000)}"
+        return "error", f"the check could not use your answer: {type(error).__name__}: {_cut(str(error), 1000)}", []
 
 
 def _cut(text: str, limit: int = 4000) -> str:

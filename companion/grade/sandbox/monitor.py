@@ -214,6 +214,21 @@ def _dispatch_mode(patterns: tuple[str, ...], found: list[str]) -> Any:
     return _RECORDER[0](patterns, found)
 
 
+def warm_up() -> None:
+    """Run one PyTorch operator under a dispatch mode, as an armed torch exercise will.
+
+    The first dispatch mode of a process imports hundreds of PyTorch's modules (seconds of CPU); the zygote does it
+    once before it forks, so that each student process starts with them imported, as after any other import.
+    """
+    mode = _dispatch_mode(("warm-up",), [])
+    if mode is None:
+        return
+    import torch
+
+    with mode:
+        torch.zeros(1).add(1)
+
+
 def _leave(mode: Any) -> bool:
     """Take the dispatch mode off the stack; whether it was still there (on top) when the call returned."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack

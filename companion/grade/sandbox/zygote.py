@@ -11,7 +11,19 @@ student's code itself: it imports NumPy and the frameworks (the slow part of a s
   imports, a copy of this process's memory, so nothing one notebook's code did can be seen by the next;
 - ``status``: the wait status of the child once it has exited (waits up to the given seconds);
 - ``end``: kill every descendant (the child and whatever it started: this process is their subreaper, so a
-  process that detaches stays its descendant), wait for them, and answer; only then does the next ``fork`` come.
+  process that detaches stays its descendant), wait for them, and answer; only then does the next ``fork`` come;
+- ``ping``: answer ``pong`` (the class worker asks after each student whether this process is still sound).
+
+A zygote started ``shared`` (by a class worker, :mod:`companion.grade.classworker`) serves one student after
+another. It never runs a student's code either, and every student process is forked from it, so each starts
+from the same pristine state; what a student could leave behind in the sandbox is removed by ``reset``, which
+the next student's grader sends before its first ``fork``, with that student's notebooks (one file descriptor
+holding them one after another, and their names and sizes): kill every descendant and wait for them, empty
+``/tmp``, ``/dev/shm`` and ``/sandbox/notebook`` (the only writable places) and check that they are empty,
+remove every System V IPC object (POSIX message queues are refused by the seccomp filter), then write the
+notebooks into ``/sandbox/notebook``. This process is not dumpable, so a student process (same user) can neither
+read nor write its memory, and its control socket is closed in every child; a student process can still kill or
+stop it, which fails the next request: the grader then ends the whole sandbox, and a fresh one carries on.
 
 The grader never relies on this process for containment: it keeps its own time limits on every answer, and it
 ends the whole sandbox (:meth:`companion.grade.launcher.Child.kill`) when this process does not answer in time,
@@ -21,18 +33,27 @@ and always before it writes a report.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import sys
 import time
 import warnings
 
+from .processes import children_of
+
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+#: The writable places of the sandbox, emptied between two students by a shared zygote.
+WRITABLE = ("/tmp", "/dev/shm", "/sandbox/notebook")
+NOTEBOOKS = "/sandbox/notebook"
+_IPC_RMID = 0
 _MODULES = {"torch": ("torch",), "keras": ("keras",)}
 
 
@@ -41,20 +62,6 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as file:
-                    fields = file.read().rpartition(")")[2].split()
-            except OSError:
-                continue
-            if len(fields) > 1 and fields[1] == str(pid):
-                found.append(int(entry))
-    return found
 
 
 def _kill_descendants() -> None:
@@ -68,7 +75,7 @@ def _kill_descendants() -> None:
                 pid = 0
             if pid == 0:
                 break
-        children = _children(me)
+        children = children_of(me)
         if not children:
             return
         for pid in children:
@@ -79,9 +86,67 @@ def _kill_descendants() -> None:
         time.sleep(0.005)
 
 
+def _remove(path: str) -> None:
+    """Remove a file or a whole folder of this user's, whatever its permissions."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        try:
+            os.chmod(path, 0o700)  # a folder its owner made unreadable
+        except OSError:
+            pass
+        for root, folders, _ in os.walk(path):
+            for name in folders:  # made readable before os.walk lists them
+                inner = os.path.join(root, name)
+                if not os.path.islink(inner):
+                    try:
+                        os.chmod(inner, 0o700)
+                    except OSError:
+                        pass
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _remove_ipc_objects() -> None:
+    """Remove every System V shared-memory segment, semaphore set and message queue of this IPC namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind, remove in (("shm", lambda i: libc.shmctl(i, _IPC_RMID, None)),
+                         ("sem", lambda i: libc.semctl(i, 0, _IPC_RMID)),
+                         ("msg", lambda i: libc.msgctl(i, _IPC_RMID, None))):
+        try:
+            with open(f"/proc/sysvipc/{kind}", encoding="ascii") as file:
+                rows = file.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                remove(int(fields[1]))
+
+
+def _left_behind() -> list[str]:
+    """What is still in the writable places or the IPC namespace (empty after a successful reset)."""
+    left = [f"{folder}/{name}" for folder in WRITABLE if os.path.isdir(folder) for name in os.listdir(folder)]
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}", encoding="ascii") as file:
+                left += [f"a System V {kind} object"] * (len(file.read().splitlines()) - 1)
+        except OSError:
+            pass
+    return left
+
+
+def _valid_name(name: object) -> bool:
+    return isinstance(name, str) and 0 < len(name) <= 255 and "/" not in name and "\0" not in name \
+        and name not in (".", "..")
+
+
 class Zygote:
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, shared: bool = False) -> None:
         self.control = control
+        self.shared = shared
         self.child = 0
         self.status: int | None = None
 
@@ -119,6 +184,7 @@ class Zygote:
         if pid == 0:  # the student's process of one notebook
             try:
                 _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # it never outlives this process
+                _prctl(_PR_SET_DUMPABLE, 1)  # as a process started anew (the zygote itself is not dumpable)
                 if os.getppid() != parent:
                     os._exit(1)
                 self.control.close()
@@ -143,6 +209,40 @@ class Zygote:
         self.child, self.status = pid, None
         self.reply({"forked": True})
 
+    def reset(self, request: dict, fds: list[int]) -> None:
+        """Between two students: end everything of the last one, empty the writable places, write the notebooks."""
+        try:
+            files = request.get("files")
+            if not self.shared or len(fds) != 1 or not isinstance(files, list):
+                raise ValueError("a reset needs a shared zygote, one file descriptor and a list of files")
+            _kill_descendants()
+            self.child, self.status = 0, None
+            for folder in WRITABLE:
+                for name in os.listdir(folder):
+                    _remove(os.path.join(folder, name))
+            _remove_ipc_objects()
+            left = _left_behind()
+            if left:
+                raise ValueError(f"could not remove {', '.join(left[:3])}")
+            with os.fdopen(fds.pop(), "rb") as source:
+                for entry in files:
+                    name, size = entry if isinstance(entry, list) and len(entry) == 2 else (None, None)
+                    if not _valid_name(name) or not isinstance(size, int) or size < 0:
+                        raise ValueError("a file entry that is not [name, size]")
+                    data = source.read(size)
+                    if len(data) != size:
+                        raise ValueError(f"{name} is cut short")
+                    fd = os.open(os.path.join(NOTEBOOKS, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o444)
+                    with os.fdopen(fd, "wb") as target:
+                        target.write(data)
+        except (OSError, ValueError) as error:
+            for fd in fds:
+                os.close(fd)
+            self.reply({"error": f"reset failed: {str(error)[:200]}"})
+            return
+        self.reply({"reset": True})
+
     def serve(self) -> None:
         while True:
             try:
@@ -161,10 +261,15 @@ class Zygote:
             if op == "fork":
                 self.fork(request, fds)
                 continue
+            if op == "reset":
+                self.reset(request, fds)
+                continue
             for fd in fds:
                 os.close(fd)
             if op == "status":
                 self.reply({"status": self.wait_child(float(request.get("seconds", 2.0)))})
+            elif op == "ping":
+                self.reply({"pong": True})
             elif op == "end":
                 _kill_descendants()
                 self.child, self.status = 0, None
@@ -188,7 +293,17 @@ def main(argv: list[str]) -> None:
                 imported.append(module)
             except ImportError:
                 pass
-    zygote = Zygote(control)
+    if "torch" in imported:
+        from .monitor import warm_up
+
+        warm_up()
+    # What is imported now is never collected: no collection in a student process walks (and so copies) the
+    # zygote's objects, which are shared with it until written to.
+    gc.freeze()
+    shared = len(argv) > 2 and argv[2] == "shared"
+    if shared:
+        _prctl(_PR_SET_DUMPABLE, 0)  # no student process may read or write this process's memory
+    zygote = Zygote(control, shared)
     try:
         zygote.reply({"ready": True, "imported": imported})
         zygote.serve()
