@@ -51,7 +51,8 @@ def test_glossary_entries_are_read_from_the_glossary() -> None:
     by_term = {term: entry for entry in ENTRIES for term in entry.english}
     assert len(ENTRIES) > 50
     assert by_term["attention"].chinese == ("注意力",)
-    assert by_term["causal mask"] == by_term["sequence mask"] and by_term["causal mask"].chinese == ("因果掩码", "掩码自注意力")
+    assert by_term["causal mask"] == by_term["sequence mask"]
+    assert by_term["causal mask"].chinese == ("因果掩码", "掩码自注意力")
     assert by_term["dropout"].chinese == ()
     assert by_term["top-p sampling"].chinese == ("top-p 采样", "核采样")
     with pytest.raises(ValueError, match="glossary"):

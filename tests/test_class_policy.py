@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from companion.instructor import release
 from companion.checks import exercises_for
 from companion.grade import classreport, exports, gradebook, merge
 from companion.grade.gradebook import Settings
 from companion.grade.policy import LatePolicy, parse_time, read_submitted, submission_times
+from companion.instructor import release
 
 UTC = dt.timezone.utc
 DUE = dt.datetime(2026, 10, 5, 23, 59, tzinfo=UTC)

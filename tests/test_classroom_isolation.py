@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from companion.grade import classroom, synthetic
+from companion.grade import classroom
 from companion.grade.gradebook import Settings
 from companion.grade.launcher import sandbox_status
+from companion.instructor import synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "01_text_as_numbers"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from companion.grade import PASSED, grade
 from companion.instructor import exercise_translation as translation
 from companion.instructor.exercises import expected_exercises, make_exercise
-from companion.grade import PASSED, grade
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n.*?^```$", re.S | re.M)

@@ -67,6 +67,7 @@ import functools
 import importlib
 import pkgutil
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -139,6 +140,7 @@ def exercise(
 
 
 _IMPORT_ERRORS: dict[str, str] = {}
+_REGISTRY_LOCK = threading.RLock()  # re-entrant: a chapter module may ask for the registry while it is imported
 #: Failures that wait until every value has been compared (see :func:`defer`).
 _DEFERRED: contextvars.ContextVar[list | None] = contextvars.ContextVar("deferred", default=None)
 
@@ -193,14 +195,17 @@ def registry() -> dict[str, Exercise]:
     A chapter module that fails to import is left out (see :func:`import_errors`), so that one broken chapter
     does not stop the checks of the others.
     """
-    for module in pkgutil.iter_modules(__path__):
-        name = f"{__name__}.{module.name}"
-        if module.name.startswith("ch") and name not in sys.modules and name not in _IMPORT_ERRORS:
-            try:
-                importlib.import_module(name)
-            except Exception as error:
-                _IMPORT_ERRORS[name] = f"{type(error).__name__}: {error}"
-    return dict(_REGISTRY)
+    # One thread at a time: another thread would see a chapter module half imported (in sys.modules, its checks
+    # not yet registered) and return a registry without that chapter.
+    with _REGISTRY_LOCK:
+        for module in pkgutil.iter_modules(__path__):
+            name = f"{__name__}.{module.name}"
+            if module.name.startswith("ch") and name not in sys.modules and name not in _IMPORT_ERRORS:
+                try:
+                    importlib.import_module(name)
+                except Exception as error:
+                    _IMPORT_ERRORS[name] = f"{type(error).__name__}: {error}"
+        return dict(_REGISTRY)
 
 
 def import_errors() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The exercise notebooks in other languages: ``exercises/<language>/`` from ``solutions/`` and a catalogue per file.
 
-The English exercise (:func:`companion.instructor.exercises.make_exercise`) is cut into messages: each paragraph, heading,
-list item and table row of its Markdown, outside the code cells. A gettext catalogue per notebook,
+The English exercise (:func:`companion.instructor.exercises.make_exercise`) is cut into messages: each paragraph,
+heading, list item and table row of its Markdown, outside the code cells. A gettext catalogue per notebook,
 ``locales/<language>/LC_MESSAGES/exercises/NN_name.po``, gives each message's translation; the translated notebook
 is the English one with every message replaced and every code cell, the front matter and the HTML comments left as
 they are, so the grader reads the same definitions from it (the chapter is the file name, the same in both).
@@ -11,8 +11,8 @@ Relative links gain one ``../`` (the notebook lives one folder deeper than the E
 
 Usage::
 
-    python -m companion.instructor.exercise_translation update zh_CN     # new English text -> the catalogues (like sphinx-intl)
-    python -m companion.instructor.exercise_translation write zh_CN      # catalogues -> exercises/zh_CN/ (--check: compare only)
+    python -m companion.instructor.exercise_translation update zh_CN   # new English -> catalogues (like sphinx-intl)
+    python -m companion.instructor.exercise_translation write zh_CN    # catalogues -> exercises/zh_CN/ (--check)
 """
 
 from __future__ import annotations
