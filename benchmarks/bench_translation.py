@@ -71,9 +71,10 @@ SETTINGS = {
 FRAMEWORKS = ("PyTorch", "Keras")
 #: The code the results depend on (hashed into the provenance).
 CODE = ["benchmarks/bench_translation.py", "companion/data.py", "companion/text.py", "companion/training.py",
-        "companion/errors.py"] + [f"companion/{framework}/{name}.py" for framework in ("torch", "keras")
-                                  for name in ("addnorm", "attention", "decoding", "device", "kv_cache", "masking",
-                                               "model", "multihead", "positional", "text", "training")]
+        "companion/decoding.py", "companion/errors.py"] + [
+    f"companion/{framework}/{name}.py" for framework in ("torch", "keras")
+    for name in ("addnorm", "attention", "decoding", "device", "kv_cache", "masking", "model", "multihead",
+                 "positional", "text", "training")]
 
 
 def load() -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["copy_weights", "dense_numpy", "params_numpy"]
+__all__ = ["as_numpy", "copy_weights", "dense_numpy", "params_numpy"]
 
 
 def _is_torch(obj: Any) -> bool:
@@ -38,18 +38,29 @@ def _is_keras(obj: Any) -> bool:
     return keras is not None and isinstance(obj, keras.layers.Layer)
 
 
-def _torch_numpy(tensor) -> np.ndarray:
-    tensor = tensor.detach().cpu()
-    if not tensor.dtype.is_floating_point or tensor.dtype.itemsize < 4:  # bfloat16 has no NumPy twin
-        tensor = tensor.float()
-    return tensor.numpy()
+def as_numpy(value: Any) -> np.ndarray:
+    """A torch tensor or parameter, a Keras variable or backend tensor, a list or an array as a NumPy array.
+
+    The dtype is kept, except torch's bfloat16 (NumPy has none), which becomes float32. Gradients are not
+    tracked and the result lives on the CPU. Every part of the package that turns a framework's numbers into
+    NumPy goes through here.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    keras = sys.modules.get("keras")
+    if keras is not None and (isinstance(value, keras.Variable) or keras.ops.is_tensor(value)):
+        return keras.ops.convert_to_numpy(value)
+    return np.asarray(value)
 
 
-def _keras_numpy(variable) -> np.ndarray:
-    import keras
-
-    value = keras.ops.convert_to_numpy(variable)
-    return value if value.dtype in (np.float32, np.float64) else value.astype(np.float32)
+def _weight_numpy(value: Any, dtype: Any = None) -> np.ndarray:
+    """A weight as NumPy: float32 or float64 kept, any other dtype as float32; ``dtype`` casts to that instead."""
+    array = as_numpy(value)
+    if dtype is not None:
+        return array.astype(dtype)
+    return array if array.dtype in (np.float32, np.float64) else array.astype(np.float32)
 
 
 def _has_weights(module) -> bool:
@@ -67,7 +78,7 @@ class _Copier:
         """Copy one torch parameter <-> one Keras variable; ``transform`` maps torch layout to Keras layout."""
         if variable is None:
             raise ValueError(f"{path}: no such weight in the Keras layer (torch has shape {tuple(parameter.shape)})")
-        torch_value = _torch_numpy(parameter)
+        torch_value = _weight_numpy(parameter)
         keras_shape = tuple(variable.shape)
         expected = tuple((transform(torch_value) if transform else torch_value).shape)
         if expected != keras_shape:
@@ -80,7 +91,7 @@ class _Copier:
         else:
             import torch
 
-            value = _keras_numpy(variable)
+            value = _weight_numpy(variable)
             value = transform(value) if transform else value  # every transform we use is its own inverse (.T)
             with torch.no_grad():
                 parameter.copy_(torch.as_tensor(np.ascontiguousarray(value)))
@@ -176,25 +187,28 @@ def copy_weights(src, dst) -> None:
         raise ValueError(f"{type(module).__name__}: Keras weights with no torch counterpart: {', '.join(left)}")
 
 
-def dense_numpy(layer) -> tuple[np.ndarray, np.ndarray | None]:
+def dense_numpy(layer: Any, dtype: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
     """``(w, b)`` of an ``nn.Linear`` or a ``keras.layers.Dense`` in the oracle's ``x @ w + b`` convention.
 
     ``w`` has shape ``(d_in, d_out)`` in both cases (torch stores the transpose); ``b`` is None without bias.
+    The arrays keep the weights' float32 (or float64); ``dtype`` (``np.float64`` for the NumPy oracle) casts them.
     """
     if _is_torch(layer) and isinstance(layer, sys.modules["torch"].nn.Linear):
-        return _torch_numpy(layer.weight).T, None if layer.bias is None else _torch_numpy(layer.bias)
-    if _is_keras(layer) and isinstance(layer, sys.modules["keras"].layers.Dense):
-        bias = getattr(layer, "bias", None)
-        return _keras_numpy(layer.kernel), None if bias is None else _keras_numpy(bias)
-    raise TypeError(f"expected an nn.Linear or a keras.layers.Dense; got {type(layer).__name__}")
+        weight, bias = _weight_numpy(layer.weight, dtype).T, layer.bias
+    elif _is_keras(layer) and isinstance(layer, sys.modules["keras"].layers.Dense):
+        weight, bias = _weight_numpy(layer.kernel, dtype), getattr(layer, "bias", None)
+    else:
+        raise TypeError(f"expected an nn.Linear or a keras.layers.Dense; got {type(layer).__name__}")
+    return weight, None if bias is None else _weight_numpy(bias, dtype)
 
 
-def params_numpy(mha) -> dict[str, np.ndarray]:
+def params_numpy(mha: Any, dtype: Any = None) -> dict[str, np.ndarray]:
     """The weights of a companion MultiHeadAttention (torch or Keras) as the oracle's dict.
 
-    Keys ``wq, bq, wk, bk, wv, bv, wo, bo``, ready for ``companion.reference.multi_head_attention``.
+    Keys ``wq, bq, wk, bk, wv, bv, wo, bo``, ready for ``companion.reference.multi_head_attention``; ``dtype`` as
+    for :func:`dense_numpy`.
     """
     params = {}
     for name in "qkvo":
-        params[f"w{name}"], params[f"b{name}"] = dense_numpy(getattr(mha, f"w{name}"))
+        params[f"w{name}"], params[f"b{name}"] = dense_numpy(getattr(mha, f"w{name}"), dtype)
     return params

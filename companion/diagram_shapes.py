@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from companion import reference
+from companion.convert import dense_numpy
 from companion.reference import model as ref_model
 
 Shape = tuple[int, ...]
@@ -39,7 +40,7 @@ class Config:
     def from_model(cls, model: Any) -> Config:
         """The sizes of a companion ``Transformer`` (torch or keras), read from its layers."""
         layer = model.encoder.layers[0]
-        w1, _ = ref_model.linear_params(layer.ffn.linear1)
+        w1, _ = dense_numpy(layer.ffn.linear1)
         return cls(src_vocab_size=model.src_vocab_size, tgt_vocab_size=model.tgt_vocab_size,
                    d_model=layer.self_attn.d_model, num_heads=layer.self_attn.num_heads,
                    num_layers=len(model.encoder.layers), d_ff=w1.shape[1], norm_first=bool(layer.addnorm1.norm_first))

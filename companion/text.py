@@ -29,7 +29,7 @@ class Vocabulary:
     """A two-way mapping between tokens and integer ids.
 
     Id 0 is always the padding token. Further special tokens (unknown, start and end of sequence) are optional
-    and take the next ids, so the seed's word-box example (``specials=()``) numbers its words from 1.
+    and take the next ids, so source 004's word-box example (``specials=()``) numbers its words from 1.
 
     Args:
         tokens: the ordinary tokens, in the order they get their ids (duplicates are ignored).
@@ -162,7 +162,20 @@ def one_hot(ids: np.ndarray | Sequence, depth: int) -> np.ndarray:
     return np.eye(depth, dtype=np.float32)[ids]
 
 
-#: The three sentences of the word-box game (seed 004), already split into words.
+def check_shared_vocabulary(shared_embeddings: bool, src_vocab_size: int, tgt_vocab_size: int) -> None:
+    """Raise ValueError when ``shared_embeddings`` asks for one table but the two vocabularies differ in size.
+
+    Sharing the source embedding, the target embedding and the output layer (section 3.4 of the paper) needs one
+    joint vocabulary: ``src_vocab_size == tgt_vocab_size``.
+    """
+    if shared_embeddings and src_vocab_size != tgt_vocab_size:
+        raise ValueError(
+            "shared_embeddings=True needs one joint vocabulary: src_vocab_size must equal tgt_vocab_size; got "
+            f"{src_vocab_size} and {tgt_vocab_size}"
+        )
+
+
+#: The three sentences of the word-box game (source 004), already split into words.
 WORD_BOX_SENTENCES = ["I went to the beach", "It was cold", "I came back to the house"]
 
 

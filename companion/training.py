@@ -1,18 +1,23 @@
 """Framework-free training helpers: the warm-up learning-rate schedule, the teacher-forcing shift, metrics,
-a progress bar and the parameter count of a configuration.
+a progress bar, the epoch loop both trainers share and the parameter count of a configuration.
 
-The framework-specific parts (loss, optimizer, train step, decoding) live in ``companion.torch.training`` and
-``companion.keras.training``, with the same names in both.
+The framework-specific parts (loss, optimizer, train step) live in ``companion.torch.training`` and
+``companion.keras.training``, with the same names in both; decoding is in ``companion.decoding`` and the two
+frameworks' ``decoding`` modules.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from .data import iterate_batches
+from .text import check_shared_vocabulary
 
 
 def warmup_learning_rate(
@@ -143,6 +148,59 @@ class _NotebookLine:
         pass
 
 
+class EpochLoop:
+    """The epoch loop of ``companion.torch.training.Trainer`` and ``companion.keras.training.Trainer``.
+
+    A subclass supplies ``train_step(src_ids, tgt_ids) -> float``, ``evaluate(src_ids, tgt_ids) -> float``, the
+    update counter ``step``, the ``history`` dict and ``progress_label``, the name its progress bar shows.
+    """
+
+    progress_label = "train"
+    step: int
+    history: dict[str, list[float]]
+
+    def fit(
+        self,
+        src_ids: np.ndarray,
+        tgt_ids: np.ndarray,
+        epochs: int = 1,
+        batch_size: int = 64,
+        seed: int = 0,
+        validation: tuple[np.ndarray, np.ndarray] | None = None,
+        progress: bool = True,
+    ) -> dict[str, list[float]]:
+        """Train for ``epochs`` passes over the pairs ``src_ids`` ``(num_pairs, src_len)`` and ``tgt_ids``
+        ``(num_pairs, tgt_len)``, reshuffled each epoch (seed + epoch).
+
+        With ``validation = (src_ids, tgt_ids)`` the validation loss is recorded after every epoch. Returns
+        ``history`` (also kept on the trainer); ``history["seconds"]`` is the wall-clock time of this call and
+        ``history["first_step_seconds"]`` that of its first update (which includes any tracing or compiling).
+        Every batch has the same shape (full width, ``batch_size`` rows; the pairs left over after the last full
+        batch wait for the next epoch's shuffle), so both frameworks see the same batches, and Keras traces its
+        compiled step once: a new shape would trace it again, which costs far more than a step.
+        """
+        start = time.perf_counter()
+        timing: dict[str, list[float]] = {}
+        steps_per_epoch = len(src_ids) // batch_size
+        bar = progress_bar(total=epochs * steps_per_epoch, desc=self.progress_label, enabled=progress)
+        for epoch in range(epochs):
+            batches = iterate_batches(src_ids, tgt_ids, batch_size, shuffle=True, seed=seed + epoch, drop_last=True)
+            for src, tgt in batches:
+                loss = self.train_step(src, tgt)
+                if "first_step_seconds" not in timing:
+                    timing["first_step_seconds"] = [time.perf_counter() - start]
+                bar.update()
+                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", refresh=False)
+            if validation is not None:
+                self.history["val_step"].append(self.step)
+                self.history["val_loss"].append(self.evaluate(*validation))
+                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", val=f"{self.history['val_loss'][-1]:.3f}")
+        bar.close()
+        self.history["seconds"] = [time.perf_counter() - start]
+        self.history.update(timing)
+        return self.history
+
+
 def transformer_parameter_count(
     src_vocab_size: int,
     tgt_vocab_size: int,
@@ -179,136 +237,11 @@ def transformer_parameter_count(
     encoder_layer = attention + ffn + 2 * norm
     decoder_layer = 2 * attention + ffn + 3 * norm
     final_norms = 2 * norm if norm_first else 0
+    check_shared_vocabulary(shared_embeddings, src_vocab_size, tgt_vocab_size)
     if shared_embeddings:
-        if src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                "shared_embeddings=True needs one joint vocabulary: src_vocab_size must equal tgt_vocab_size; got "
-                f"{src_vocab_size} and {tgt_vocab_size}"
-            )
         embeddings, generator = src_vocab_size * d_model, tgt_vocab_size
     else:
         embeddings = (src_vocab_size + tgt_vocab_size) * d_model
         generator = d_model * tgt_vocab_size + tgt_vocab_size
     return embeddings + num_layers * (encoder_layer + decoder_layer) + final_norms + generator
 
-
-def beam_search_from_scores(
-    next_log_probs: Callable[[np.ndarray], np.ndarray],
-    bos_id: int,
-    eos_id: int,
-    beam_size: int = 4,
-    max_len: int = 50,
-    length_penalty: float = 0.6,
-) -> list[int]:
-    """Beam search for one sentence, given a function that scores the next token of several prefixes at once.
-
-    Keep the ``beam_size`` best unfinished prefixes (by summed log-probability). At each step extend every one by
-    every token, and keep the best ``beam_size`` extensions; an extension that ends with ``eos_id`` is set aside
-    as a finished hypothesis. Stop when ``beam_size`` hypotheses are finished or after ``max_len`` tokens, then
-    return the finished one with the best *length-normalized* score ``log_prob / ((5 + length) / 6) ** alpha``
-    (Wu et al., 2016; ``alpha = length_penalty``, 0 means no normalization). Without normalization, short
-    outputs win, because every extra token adds a negative log-probability.
-
-    Args:
-        next_log_probs: ``prefixes (beams, steps)`` int array, starting with ``bos_id`` -> ``(beams, vocab)``
-            log-probabilities of the next token.
-        beam_size: how many prefixes to keep; 1 is greedy decoding.
-
-    Returns:
-        the best token ids after ``<s>``, ending with ``eos_id`` unless ``max_len`` was reached first.
-    """
-    if beam_size < 1 or max_len < 1:
-        raise ValueError(f"beam_size and max_len must be positive; got {beam_size} and {max_len}")
-
-    def normalized(score: float, length: int) -> float:
-        return score / ((5.0 + length) / 6.0) ** length_penalty
-
-    alive: list[tuple[float, list[int]]] = [(0.0, [bos_id])]
-    finished: list[tuple[float, list[int]]] = []
-    for _ in range(max_len):
-        log_probs = np.asarray(next_log_probs(np.array([tokens for _, tokens in alive], dtype=np.int64)))
-        if log_probs.ndim != 2 or log_probs.shape[0] != len(alive):
-            raise ValueError(f"next_log_probs must return (beams={len(alive)}, vocab); got {log_probs.shape}")
-        totals = np.array([score for score, _ in alive])[:, None] + log_probs  # (beams, vocab)
-        order = np.argsort(-totals, axis=None, kind="stable")
-        alive_next = []
-        for flat in order[: 2 * beam_size]:  # at most beam_size of these can end, so enough stay alive
-            beam, token = divmod(int(flat), log_probs.shape[1])
-            candidate = (float(totals[beam, token]), alive[beam][1] + [token])
-            if token == eos_id:
-                finished.append(candidate)
-            elif len(alive_next) < beam_size:
-                alive_next.append(candidate)
-        alive = alive_next
-        if len(finished) >= beam_size or not alive:
-            break
-    pool = finished or alive
-    _, best = max(pool, key=lambda item: normalized(item[0], len(item[1]) - 1))
-    return best[1:]
-
-
-def batch_beam_search_from_scores(
-    next_log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    batch_size: int,
-    bos_id: int,
-    eos_id: int,
-    beam_size: int = 4,
-    max_len: int = 50,
-    length_penalty: float = 0.6,
-) -> list[list[int]]:
-    """:func:`beam_search_from_scores` for ``batch_size`` sentences at once: one model call per step for all.
-
-    Every sentence keeps its own beams, finished hypotheses and stopping rule, exactly as in the one-sentence
-    version, so the results are the same; only the scoring is batched: at each step the live prefixes of all
-    unfinished sentences (they all have the same length) go to the model together.
-
-    Args:
-        next_log_probs: ``(prefixes (n, steps) int array, rows (n,) int array)`` -> ``(n, vocab)`` next-token
-            log-probabilities, where ``rows[i]`` is the sentence (0 to ``batch_size - 1``) prefix ``i`` belongs to.
-        batch_size: number of sentences.
-
-    Returns:
-        per sentence, the best token ids after ``<s>`` (see :func:`beam_search_from_scores`).
-    """
-    if beam_size < 1 or max_len < 1 or batch_size < 1:
-        raise ValueError(
-            f"batch_size, beam_size and max_len must be positive; got {batch_size}, {beam_size}, {max_len}"
-        )
-
-    def normalized(score: float, length: int) -> float:
-        return score / ((5.0 + length) / 6.0) ** length_penalty
-
-    alive: list[list[tuple[float, list[int]]]] = [[(0.0, [bos_id])] for _ in range(batch_size)]
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch_size)]
-    done = [False] * batch_size
-    for _ in range(max_len):
-        open_rows = [b for b in range(batch_size) if not done[b]]
-        if not open_rows:
-            break
-        rows = np.array([b for b in open_rows for _ in alive[b]], dtype=np.int64)
-        prefixes = np.array([tokens for b in open_rows for _, tokens in alive[b]], dtype=np.int64)
-        log_probs = np.asarray(next_log_probs(prefixes, rows))
-        if log_probs.ndim != 2 or log_probs.shape[0] != len(rows):
-            raise ValueError(f"next_log_probs must return (prefixes={len(rows)}, vocab); got {log_probs.shape}")
-        start = 0
-        for b in open_rows:
-            count = len(alive[b])
-            totals = np.array([score for score, _ in alive[b]])[:, None] + log_probs[start : start + count]
-            start += count
-            order = np.argsort(-totals, axis=None, kind="stable")
-            alive_next = []
-            for flat in order[: 2 * beam_size]:  # at most beam_size of these can end, so enough stay alive
-                beam, token = divmod(int(flat), totals.shape[1])
-                candidate = (float(totals[beam, token]), alive[b][beam][1] + [token])
-                if token == eos_id:
-                    finished[b].append(candidate)
-                elif len(alive_next) < beam_size:
-                    alive_next.append(candidate)
-            alive[b] = alive_next
-            done[b] = len(finished[b]) >= beam_size or not alive_next
-    results = []
-    for b in range(batch_size):
-        pool = finished[b] or alive[b]
-        _, best = max(pool, key=lambda item: normalized(item[0], len(item[1]) - 1))
-        results.append(best[1:])
-    return results

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import keras
-import numpy as np
 import torch
 from torch import nn
 
-
-def as_numpy(x) -> np.ndarray:
-    """A torch tensor or a Keras tensor as a NumPy array."""
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else keras.ops.convert_to_numpy(x)
+from companion.convert import as_numpy  # noqa: F401  (the tests import it from here)
 
 
 def randomize_norms(module: nn.Module, seed: int = 0) -> None:

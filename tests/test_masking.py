@@ -100,6 +100,15 @@ def test_keras_mha_mask_drops_the_head_axis():
 )
 def test_most_negative_matches_torch_finfo(dtype, expected):
     assert keras_masking.most_negative(dtype) == expected == torch.finfo(getattr(torch, dtype)).min
+    assert torch_masking.most_negative(getattr(torch, dtype)) == expected  # the same name in both frameworks
+
+
+def test_causal_mask_takes_a_device_in_both_frameworks():
+    on_cpu_torch = torch_masking.causal_mask(4, device="cpu")
+    on_cpu_keras = keras_masking.causal_mask(4, device="cpu:0")
+    assert on_cpu_torch.device.type == "cpu" and "CPU" in str(on_cpu_keras.device).upper()
+    np.testing.assert_array_equal(on_cpu_torch.numpy(), reference.causal_mask(4))
+    np.testing.assert_array_equal(ops.convert_to_numpy(on_cpu_keras), reference.causal_mask(4))
 
 
 def test_minus_1e9_overflows_in_float16():

@@ -1,4 +1,4 @@
-"""Encoder and decoder layers, the stacks, the Transformer and seed 004's MinTransformer.
+"""Encoder and decoder layers, the stacks, the Transformer and source 004's MinTransformer.
 
 PyTorch = Keras = NumPy oracle with the same weights; the torch layers = ``torch.nn.Transformer*``; masks, edge
 cases, bad input, save/load, and the parameter counts and shapes quoted by the seed documents.
@@ -17,9 +17,11 @@ from torch import nn
 
 from companion import reference
 from companion.convert import copy_weights
+from companion.keras import min_transformer as keras_min
 from companion.keras import model as keras_model
 from companion.keras import padding_mask as keras_padding_mask
 from companion.reference import model as ref_model
+from companion.torch import min_transformer as torch_min
 from companion.torch import model as torch_model
 from companion.torch.masking import causal_mask, combine_masks, padding_mask
 
@@ -536,7 +538,7 @@ def test_keras_file_round_trip(tmp_path, norm_first):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The seed documents' facts: MinTransformer (004) and the encoder layer's shape (002)
+# The source documents' facts: MinTransformer (004) and the encoder layer's shape (002)
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -547,7 +549,7 @@ MIN_PARTS = {"encoder layer": 2_886_144, "decoder layer": 3_672_576, "src embed"
 @pytest.fixture(scope="module")
 def min_transformer():
     torch.manual_seed(8)
-    return torch_model.MinTransformer().eval()  # seed 004's sizes
+    return torch_min.MinTransformer().eval()  # source 004's sizes
 
 
 def test_min_transformer_parameter_count_torch(min_transformer):
@@ -564,7 +566,7 @@ def test_min_transformer_parameter_count_torch(min_transformer):
 
 
 def test_min_transformer_parameter_count_keras():
-    net = keras_model.MinTransformer()
+    net = keras_min.MinTransformer()
     net.build((None, 25), (None, 25))  # no forward pass needed to create the weights
     assert net.count_params() == 13_681_040
     assert [layer.count_params() for layer in net.encoder_layers] == [MIN_PARTS["encoder layer"]] * 2
@@ -579,8 +581,8 @@ MIN_SMALL = dict(n_steps=8, src_vocab_size=SRC_VOCAB, tgt_vocab_size=TGT_VOCAB, 
 
 def test_min_transformer_frameworks_agree():
     torch.manual_seed(6)
-    torch_net = torch_model.MinTransformer(**MIN_SMALL).eval()
-    keras_net = keras_twin(torch_net, keras_model.MinTransformer(**MIN_SMALL), SRC, TGT)
+    torch_net = torch_min.MinTransformer(**MIN_SMALL).eval()
+    keras_net = keras_twin(torch_net, keras_min.MinTransformer(**MIN_SMALL), SRC, TGT)
     with torch.no_grad():
         out_torch = torch_net(torch.from_numpy(SRC), torch.from_numpy(TGT)).numpy()
     assert out_torch.shape == (2, 5, TGT_VOCAB)  # source 7, target 5: the corrected roles handle any lengths
@@ -595,10 +597,10 @@ def test_min_decoder_layer_roles_and_causality():
     # Queries from the decoder (5 positions), keys and values from the encoder memory (7 positions): the seed's
     # version (queries and keys from the encoder, values from the decoder) cannot even run on these shapes.
     torch.manual_seed(7)
-    layer = torch_model.MinDecoderLayer(8, 2, 16).eval()
+    layer = torch_min.MinDecoderLayer(8, 2, 16).eval()
     x, memory = torch.from_numpy(random_x(2, 5, 8, seed=10)), torch.from_numpy(random_x(2, 7, 8, seed=11))
     mask = causal_mask(5)[0]
-    twin = keras_twin(layer, keras_model.MinDecoderLayer(8, 2, 16), x.numpy(), memory.numpy(), mask.numpy())
+    twin = keras_twin(layer, keras_min.MinDecoderLayer(8, 2, 16), x.numpy(), memory.numpy(), mask.numpy())
     with torch.no_grad():
         out = layer(x, memory, mask)
         assert out.shape == (2, 5, 8)

@@ -13,7 +13,7 @@ from model_helpers import as_numpy
 import companion.keras as ck
 import companion.torch as ct
 from companion import reference
-from companion.convert import copy_weights
+from companion.convert import copy_weights, dense_numpy
 from companion.reference.model import _array
 
 ATOL = 1e-5
@@ -187,7 +187,7 @@ def test_swiglu_matches_the_oracle_with_gradients():
     net, twin = _torch_and_keras(ct.SwiGLU(16, 24), ck.SwiGLU(16, 24), (None, None, 16))
     assert sum(p.numel() for p in net.parameters()) == 3 * 16 * 24 == twin.count_params()
     x = _random(2, 5, 16, seed=10)
-    params = {f"w{n}": reference.model.linear_params(getattr(net, f"w{n}"))[0] for n in "123"}
+    params = {f"w{n}": dense_numpy(getattr(net, f"w{n}"), np.float64)[0] for n in "123"}
     expected = reference.swiglu(x.astype("float64"), params)
     np.testing.assert_allclose(as_numpy(net(torch.as_tensor(x))), expected, atol=ATOL)
     np.testing.assert_allclose(as_numpy(twin(x)), expected, atol=ATOL)
@@ -229,7 +229,7 @@ def _gqa_pair(num_heads=4, num_kv_heads=2, rope_base=10000.0, seed=11):
 
 
 def _gqa_params(layer):
-    return {f"w{n}": reference.model.linear_params(getattr(layer, f"w{n}"))[0] for n in "qkvo"}
+    return {f"w{n}": dense_numpy(getattr(layer, f"w{n}"), np.float64)[0] for n in "qkvo"}
 
 
 HEADS = pytest.mark.parametrize("num_kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])

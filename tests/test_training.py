@@ -13,7 +13,7 @@ import pytest
 import torch
 from keras import ops
 
-from companion import data, training
+from companion import data, decoding, training
 from companion.checks import ch07
 from companion.convert import copy_weights
 from companion.keras import Transformer as KerasTransformer
@@ -262,12 +262,12 @@ def test_beam_search_finds_what_greedy_misses():
         (5, 5): dist(eos=1.0),
     }
     scorer = _table_scorer(table)
-    greedy = training.beam_search_from_scores(scorer, 2, 3, beam_size=1, max_len=5, length_penalty=0.0)
-    beam = training.beam_search_from_scores(scorer, 2, 3, beam_size=3, max_len=5, length_penalty=0.0)
+    greedy = decoding.beam_search_from_scores(scorer, 2, 3, beam_size=1, max_len=5, length_penalty=0.0)
+    beam = decoding.beam_search_from_scores(scorer, 2, 3, beam_size=3, max_len=5, length_penalty=0.0)
     assert greedy[0] == 4 and greedy[-1] == 3
     assert beam == [5, 3]
     with pytest.raises(ValueError, match="beam_size"):
-        training.beam_search_from_scores(scorer, 2, 3, beam_size=0)
+        decoding.beam_search_from_scores(scorer, 2, 3, beam_size=0)
 
 
 def test_length_penalty_favours_longer_hypotheses():
@@ -279,8 +279,8 @@ def test_length_penalty_favours_longer_hypotheses():
     # Stopping now has probability 0.4; going on gives 0.6 * 0.6 = 0.36, a longer sentence just below it.
     table = {(): dist(0.4, 0.6), (4,): dist(0.6, 0.4), (4, 4): dist(1.0, 1e-9)}
     scorer = _table_scorer(table)
-    assert training.beam_search_from_scores(scorer, 2, 3, beam_size=2, max_len=3, length_penalty=0.0) == [3]
-    assert training.beam_search_from_scores(scorer, 2, 3, beam_size=2, max_len=3, length_penalty=1.0) == [4, 3]
+    assert decoding.beam_search_from_scores(scorer, 2, 3, beam_size=2, max_len=3, length_penalty=0.0) == [3]
+    assert decoding.beam_search_from_scores(scorer, 2, 3, beam_size=2, max_len=3, length_penalty=1.0) == [4, 3]
 
 
 def test_batch_beam_search_equals_one_sentence_at_a_time():
@@ -297,19 +297,19 @@ def test_batch_beam_search_equals_one_sentence_at_a_time():
         return tables[sentence][key]
 
     for alpha in (0.0, 0.6, 1.0):
-        batched = training.batch_beam_search_from_scores(
+        batched = decoding.batch_beam_search_from_scores(
             lambda prefixes, rows: np.array([scores(r, p) for p, r in zip(prefixes, rows, strict=True)]),
             3, 2, 3, beam_size=3, max_len=8, length_penalty=alpha,
         )
         one_by_one = [
-            training.beam_search_from_scores(
+            decoding.beam_search_from_scores(
                 lambda prefixes, b=b: np.array([scores(b, p) for p in prefixes]), 2, 3, 3, 8, alpha
             )
             for b in range(3)
         ]
         assert batched == one_by_one
     with pytest.raises(ValueError, match="batch_size"):
-        training.batch_beam_search_from_scores(lambda p, r: None, 0, 2, 3)
+        decoding.batch_beam_search_from_scores(lambda p, r: None, 0, 2, 3)
 
 
 @pytest.mark.parametrize("framework", ["torch", "keras"])

@@ -2,7 +2,7 @@
 batch at once) and ``translate`` from strings to strings.
 
 Same names and arguments as ``companion.torch.decoding``. The search itself is framework-free
-(``companion.training``); these functions supply the model's next-token scores, from a decoder that Keras runs as
+(``companion.decoding``); these functions supply the model's next-token scores, from a decoder that Keras runs as
 one compiled call per step (:func:`next_token_logits`).
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 from keras import ops
 
 from ..data import decode_ids, encode_sentences
-from ..text import Vocabulary
-from ..training import batch_beam_search_from_scores, beam_search_from_scores
+from ..decoding import batch_beam_search_from_scores, beam_search_from_scores
+from ..text import Vocabulary, pad_batch
 from .device import default_device
 from .kv_cache import cached_beam_scorer, cross_attention_cache, decode_cached
 from .model import Transformer
@@ -136,7 +136,7 @@ def beam_search(
 ):
     """Beam search, one source sentence at a time (the beams of a sentence form the batch).
 
-    See ``companion.training.beam_search_from_scores`` for the search itself; this function only supplies the
+    See ``companion.decoding.beam_search_from_scores`` for the search itself; this function only supplies the
     next-token log-probabilities. Same output layout as :func:`greedy_decode`. With ``use_cache=True`` the scores
     come from ``companion.keras.kv_cache.cached_beam_scorer`` (same numbers, each step computes one position).
     """
@@ -158,11 +158,7 @@ def beam_search(
 
         scorer = cached_beam_scorer(model, memory, src_mask) if use_cache else next_log_probs
         results.append(beam_search_from_scores(scorer, bos_id, eos_id, beam_size, limit, length_penalty))
-    width = max(len(r) for r in results)
-    out = np.full((len(results), width), model.pad_id, dtype="int32")
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = tokens
-    return ops.convert_to_tensor(out)
+    return ops.convert_to_tensor(pad_batch(results, pad_id=model.pad_id).astype("int32"))  # PAD after </s>
 
 
 def translate(
@@ -204,7 +200,7 @@ def batch_beam_search(
     """Beam search for a whole batch: the same search as :func:`beam_search`, one decoder call per step.
 
     The source is encoded once; at each step the live prefixes of every unfinished sentence are decoded together,
-    each reading its own sentence's memory (see ``companion.training.batch_beam_search_from_scores``). Same output
+    each reading its own sentence's memory (see ``companion.decoding.batch_beam_search_from_scores``). Same output
     layout as :func:`greedy_decode`: ``(batch, out_len)`` int32, finished rows end with ``eos_id`` then PAD.
     """
     src = np.asarray(ops.convert_to_numpy(src_ids) if not isinstance(src_ids, np.ndarray) else src_ids)
@@ -224,8 +220,4 @@ def batch_beam_search(
     results = batch_beam_search_from_scores(
         next_log_probs, src.shape[0], bos_id, eos_id, beam_size, limit, length_penalty
     )
-    width = max(len(r) for r in results)
-    out = np.full((len(results), width), model.pad_id, dtype="int32")
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = tokens
-    return ops.convert_to_tensor(out)
+    return ops.convert_to_tensor(pad_batch(results, pad_id=model.pad_id).astype("int32"))  # PAD after </s>

@@ -26,14 +26,13 @@ not a Keras call, so the cache goes in and out as it is; the model must be built
 from __future__ import annotations
 
 import keras
-import numpy as np
 from keras import ops
 
 from ..sampling import check_sampling_args, make_rng, sample_next
 from .addnorm import AddNorm, PositionwiseFeedForward
 from .masking import causal_mask
 from .multihead import MultiHeadAttention
-from .text import check_ids
+from .text import as_ids, check_ids
 
 __all__ = ["GPT", "GPTBlock", "cache_length", "generate"]
 
@@ -44,7 +43,7 @@ register = keras.saving.register_keras_serializable(package="companion")
 class GPTBlock(keras.layers.Layer):
     """Masked self-attention then the feed-forward network, each inside a pre-LN Add & Norm.
 
-    It is the encoder layer of chapter 5 with ``norm_first=True``, run under a causal mask.
+    It is the encoder layer of chapter 6 with ``norm_first=True``, run under a causal mask.
 
     Args:
         d_model, num_heads, d_ff: as for the Transformer's layers.
@@ -103,11 +102,6 @@ class GPTBlock(keras.layers.Layer):
 def cache_length(cache) -> int:
     """How many positions a cache holds (0 for None)."""
     return 0 if not cache else int(cache[0][0].shape[2])
-
-
-def _as_ids(ids):
-    """Lists and NumPy arrays -> a backend integer tensor (tensors pass through)."""
-    return ids if ops.is_tensor(ids) else ops.convert_to_tensor(np.asarray(ids))
 
 
 @register
@@ -195,7 +189,7 @@ class GPT(keras.Model):
 
     def call(self, ids, training=None):
         """ids ``(batch, length)`` -> logits ``(batch, length, vocab_size)``; position ``i`` sees tokens ``0..i``."""
-        ids = _as_ids(ids)
+        ids = as_ids(ids)
         self._check(ids)
         x = self._embed(ids, 0, training)
         mask = causal_mask(ops.shape(ids)[1])  # (1, 1, length, length)
@@ -215,7 +209,7 @@ class GPT(keras.Model):
             logits ``(batch, length - cached_len, vocab_size)`` (equal to ``model(ids)[:, cached_len:]``) and the
             cache of all ``length`` positions. Runs in inference mode (no dropout).
         """
-        ids = _as_ids(ids)
+        ids = as_ids(ids)
         if not self.built:
             self.build(tuple(ids.shape))
         past = cache_length(cache)
@@ -263,7 +257,7 @@ def generate(
         must fit in the model: ``length + max_new_tokens <= max_len``.
     """
     check_sampling_args(temperature, top_k, top_p)
-    ids = _as_ids(ids)
+    ids = as_ids(ids)
     check_ids(ids, model.vocab_size, "ids")
     ids = ops.cast(ids, "int32")
     if max_new_tokens < 0 or not 1 <= ids.shape[1] <= model.max_len - max_new_tokens:

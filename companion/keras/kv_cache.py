@@ -95,7 +95,7 @@ def decode_cached(model, tgt_ids, cross_kv: list[tuple], src_mask, self_kv: list
 
 
 def cached_beam_scorer(model, memory, src_mask) -> Callable[[np.ndarray], np.ndarray]:
-    """The ``next_log_probs`` function that ``companion.training.beam_search_from_scores`` calls, with a cache.
+    """The ``next_log_probs`` function that ``companion.decoding.beam_search_from_scores`` calls, with a cache.
 
     ``memory`` ``(1, src_len, d_model)`` and ``src_mask`` are one sentence's. Its cross-attention keys and values
     are computed here, once. Each call receives the surviving prefixes ``(beams, steps)``; each one extends a

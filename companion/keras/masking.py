@@ -10,8 +10,8 @@ where                                                 True / 1 means  from our m
 ``keras.layers.MultiHeadAttention``                   may attend      ``to_keras_mha_mask(mask)``
 ``keras.ops.dot_product_attention``                   may attend      ``mask`` (heads on axis 2 there)
 ``torch.nn.MultiheadAttention``                       blocked         ``~mask``
-additive masks of seed document 004                   blocked         ``1 - mask``, times -1e9, added
-boolean masks of seed document 003                    blocked         ``~mask``, filled with -inf
+additive masks of source document 004                 blocked         ``1 - mask``, times -1e9, added
+boolean masks of source document 003                  blocked         ``~mask``, filled with -inf
 ====================================================  ==============  ======================================
 
 An additive ``-1e9`` overflows to ``-inf`` in float16, and ``-inf`` turns a row with every key masked into NaN
@@ -41,8 +41,14 @@ def padding_mask(ids, pad_id: int = 0):
     return ops.expand_dims(ops.not_equal(ids, pad_id), (1, 2))
 
 
-def causal_mask(length: int):
-    """bool ``(1, 1, length, length)``: query ``i`` may attend to keys ``0..i`` (lower triangle, diagonal included)."""
+def causal_mask(length: int, device: str | None = None):
+    """bool ``(1, 1, length, length)``: query ``i`` may attend to keys ``0..i`` (lower triangle, diagonal included).
+
+    ``device`` (a Keras device string such as ``"cpu:0"``) places the mask there; None keeps the current device.
+    """
+    if device is not None:
+        with keras.device(device):
+            return causal_mask(length)
     positions = ops.arange(length)
     allowed = ops.expand_dims(positions, 1) >= ops.expand_dims(positions, 0)  # row (query) >= column (key)
     return ops.expand_dims(allowed, (0, 1))

@@ -1,8 +1,7 @@
-"""The Transformer of "Attention Is All You Need" in Keras 3, layer by layer, plus seed 004's MinTransformer.
+"""The Transformer of "Attention Is All You Need" in Keras 3, layer by layer.
 
 Reading order: ``EncoderLayer`` -> ``DecoderLayer`` -> ``Encoder`` / ``Decoder`` (stacks) -> ``Transformer``
-(embeddings, masks, generator). ``MinTransformer`` is the stripped-down 2+2-layer model of seed 004, kept to
-count its parameters and to show what the missing parts (positions, residuals, normalization) are for.
+(embeddings, masks, generator). Source 004's stripped-down ``MinTransformer`` is in ``.min_transformer``.
 
 ``keras.ops`` only, so every layer runs on the TensorFlow, PyTorch and JAX backends. Each layer builds its
 sublayers explicitly in ``build``, so a model loaded from a ``.keras`` file has all its weights before they are
@@ -14,12 +13,12 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from ..text import check_shared_vocabulary
 from .addnorm import AddNorm, PositionwiseFeedForward
-from .attention import scaled_dot_product_attention
 from .masking import causal_mask, combine_masks, padding_mask
 from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding
-from .text import TokenEmbedding, check_ids
+from .text import TokenEmbedding, as_ids, check_ids, check_length, check_rank
 
 register = keras.saving.register_keras_serializable(package="companion")
 
@@ -265,23 +264,6 @@ class Decoder(keras.layers.Layer):
         return {**super().get_config(), "num_layers": self.num_layers, **_layer_config(self)}
 
 
-def _as_ids(ids):
-    """Lists and NumPy arrays -> a backend integer tensor (tensors pass through)."""
-    return ids if ops.is_tensor(ids) else ops.convert_to_tensor(ids)
-
-
-def _check_rank(shape, name: str) -> None:
-    """Keras builds a model from the shapes of its first inputs: catch wrong ids there, before any weight exists."""
-    if len(shape) != 2:
-        raise ValueError(f"{name} must have shape (batch, seq_len); got shape {tuple(shape)}")
-
-
-def _check_length(ids, max_len: int, name: str, what: str = "max_len") -> None:
-    length = ids.shape[1]
-    if length is not None and not 1 <= length <= max_len:  # None while tracing a graph: not known yet
-        raise ValueError(f"{name} must have between 1 and {what}={max_len} tokens; got {length}")
-
-
 @register
 class Transformer(keras.Model):
     """The encoder-decoder Transformer: source ids and target ids in, next-token logits out.
@@ -330,7 +312,7 @@ class Transformer(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_shared(shared_embeddings, src_vocab_size, tgt_vocab_size)
+        check_shared_vocabulary(shared_embeddings, src_vocab_size, tgt_vocab_size)
         self.config = {
             "src_vocab_size": src_vocab_size,
             "tgt_vocab_size": tgt_vocab_size,
@@ -360,8 +342,8 @@ class Transformer(keras.Model):
         )
 
     def build(self, src_ids_shape, tgt_ids_shape):
-        _check_rank(src_ids_shape, "src_ids")
-        _check_rank(tgt_ids_shape, "tgt_ids")
+        check_rank(src_ids_shape, "src_ids")
+        check_rank(tgt_ids_shape, "tgt_ids")
         src_shape, tgt_shape = (*src_ids_shape, self.d_model), (*tgt_ids_shape, self.d_model)
         self.src_embed.build(src_ids_shape)
         if not self.tgt_embed.built:  # the same layer as src_embed when the embeddings are shared
@@ -372,12 +354,12 @@ class Transformer(keras.Model):
 
     def _check(self, ids, vocab_size: int, name: str) -> None:
         check_ids(ids, vocab_size, name)
-        _check_length(ids, self.max_len, name)
+        check_length(ids, self.max_len, name)
 
     def encode(self, src_ids):
         """``src_ids`` ``(batch, src_len)`` -> ``memory`` ``(batch, src_len, d_model)`` and ``src_mask``
         ``(batch, 1, 1, src_len)``."""
-        src_ids = _as_ids(src_ids)
+        src_ids = as_ids(src_ids)
         self._check(src_ids, self.src_vocab_size, "src_ids")
         src_mask = padding_mask(src_ids, self.pad_id)
         memory = self.encoder(self.positional(self.src_embed(src_ids)), mask=src_mask)
@@ -388,7 +370,7 @@ class Transformer(keras.Model):
 
         With ``return_weights`` also the per-layer self- and cross-attention weights (see :class:`Decoder`).
         """
-        tgt_ids = _as_ids(tgt_ids)
+        tgt_ids = as_ids(tgt_ids)
         self._check(tgt_ids, self.tgt_vocab_size, "tgt_ids")
         if None not in (tgt_ids.shape[0], memory.shape[0]) and tgt_ids.shape[0] != memory.shape[0]:
             raise ValueError(f"tgt_ids has batch {tgt_ids.shape[0]} but memory has batch {memory.shape[0]}")
@@ -407,14 +389,6 @@ class Transformer(keras.Model):
 
     def get_config(self):
         return {**super().get_config(), **self.config}
-
-
-def _check_shared(shared_embeddings: bool, src_vocab_size: int, tgt_vocab_size: int) -> None:
-    if shared_embeddings and src_vocab_size != tgt_vocab_size:
-        raise ValueError(
-            "shared_embeddings=True needs one joint vocabulary: src_vocab_size must equal tgt_vocab_size; got "
-            f"{src_vocab_size} and {tgt_vocab_size}"
-        )
 
 
 @register
@@ -440,212 +414,3 @@ class TiedOutput(keras.layers.Layer):
 
     def compute_output_shape(self, y_shape):
         return (*y_shape[:-1], self.vocab_size)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Seed 004's MinTransformer
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@register
-class AttentionHead(keras.layers.Layer):
-    """One attention head as seed 004 builds it: bias-free ``Wq, Wk, Wv`` of ``d_model x d_head``, no output
-    projection. ``(batch, query_len, d_model)`` -> ``(batch, query_len, d_head)``."""
-
-    def __init__(self, d_model: int, d_head: int, **kwargs):
-        super().__init__(**kwargs)
-        self.d_model, self.d_head = d_model, d_head
-        self.wq = keras.layers.Dense(d_head, use_bias=False, name="wq")
-        self.wk = keras.layers.Dense(d_head, use_bias=False, name="wk")
-        self.wv = keras.layers.Dense(d_head, use_bias=False, name="wv")
-
-    def build(self, query_shape, key_shape=None, value_shape=None, mask_shape=None):
-        self.wq.build(query_shape)
-        self.wk.build(query_shape if key_shape is None else key_shape)
-        self.wv.build(query_shape if value_shape is None else value_shape)
-
-    def call(self, query, key, value, mask=None):
-        return scaled_dot_product_attention(self.wq(query), self.wk(key), self.wv(value), mask)
-
-    def compute_output_shape(self, query_shape, key_shape=None, value_shape=None, mask_shape=None):
-        return (*query_shape[:-1], self.d_head)
-
-    def compute_mask(self, *args, **kwargs):
-        return None  # `mask` is an attention mask, not a Keras per-timestep mask to attach to the output
-
-    def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "d_head": self.d_head}
-
-
-def _concat_heads(heads: list, query, key, value, mask=None):
-    """Run every head and concatenate their outputs: ``num_heads * d_head = d_model`` features, no ``W_O``."""
-    return ops.concatenate([head(query, key, value, mask) for head in heads], axis=-1)
-
-
-@register
-class MinEncoderLayer(keras.layers.Layer):
-    """Seed 004's encoder layer: heads, then the fully connected sublayer. No residual, no LayerNorm."""
-
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, **kwargs):
-        super().__init__(**kwargs)
-        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
-        self.heads = [AttentionHead(d_model, d_model // num_heads, name=f"heads_{i}") for i in range(num_heads)]
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, name="ffn")
-
-    def build(self, x_shape):
-        for head in self.heads:
-            head.build(x_shape)
-        self.ffn.build(x_shape)
-
-    def call(self, x):
-        """``(batch, src_len, d_model)`` -> same shape."""
-        return self.ffn(_concat_heads(self.heads, x, x, x))
-
-    def compute_output_shape(self, x_shape):
-        return x_shape
-
-    def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads, "d_ff": self.d_ff}
-
-
-@register
-class MinDecoderLayer(keras.layers.Layer):
-    """Seed 004's decoder layer with the attention roles put right.
-
-    The seed creates the masked self-attention heads but never calls them, and its cross-attention takes queries
-    and keys from the encoder and values from the decoder. Here ``self_heads`` do the masked self-attention and
-    ``cross_heads`` take queries from the decoder and keys and values from the encoder output.
-    """
-
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, **kwargs):
-        super().__init__(**kwargs)
-        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
-        d_head = d_model // num_heads
-        self.self_heads = [AttentionHead(d_model, d_head, name=f"self_heads_{i}") for i in range(num_heads)]
-        self.cross_heads = [AttentionHead(d_model, d_head, name=f"cross_heads_{i}") for i in range(num_heads)]
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, name="ffn")
-
-    def build(self, x_shape, memory_shape, mask_shape=None):
-        for head in self.self_heads:
-            head.build(x_shape)
-        for head in self.cross_heads:
-            head.build(x_shape, memory_shape, memory_shape)
-        self.ffn.build(x_shape)
-
-    def call(self, x, memory, mask=None):
-        """x ``(batch, tgt_len, d_model)`` and memory ``(batch, src_len, d_model)`` -> ``(batch, tgt_len, d_model)``."""
-        h = _concat_heads(self.self_heads, x, x, x, mask)
-        h = _concat_heads(self.cross_heads, h, memory, memory)
-        return self.ffn(h)
-
-    def compute_output_shape(self, x_shape, memory_shape, mask_shape=None):
-        return x_shape
-
-    def compute_mask(self, *args, **kwargs):
-        return None  # `mask` is an attention mask, not a Keras per-timestep mask to attach to the output
-
-    def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads, "d_ff": self.d_ff}
-
-
-@register
-class MinTransformer(keras.Model):
-    """A faithful replica of seed 004's "MinTransformer" (2 encoder + 2 decoder layers), with the cross-attention
-    roles corrected and logits instead of a softmax output.
-
-    No positional encoding, no residual connections, no LayerNorm, embeddings not scaled, heads concatenated
-    without an output projection. Without residuals, each attention layer averages the positions together: after
-    the two encoder layers of a freshly initialised model every source position carries (to float32 precision) the
-    same vector, so the cross-attention returns that vector whatever the query, and the logits do not depend on the
-    target ids at all. The residual connections of the real Transformer keep each position's own information.
-
-    With the defaults it has 13,681,040 parameters:
-
-    ==========================  ==============================================================
-    part                        parameters
-    ==========================  ==============================================================
-    source embedding            300 x 512 = 153,600
-    target embedding            400 x 512 = 204,800
-    each encoder layer (x2)     8 heads x 3 x 512 x 64 + (512 x 2048 + 2048) + (2048 x 512 + 512) = 2,886,144
-    each decoder layer (x2)     2 x 8 x 3 x 512 x 64 + the same FC sublayer = 3,672,576
-    output Dense(400)           512 x 400 + 400 = 205,200
-    ==========================  ==============================================================
-
-    The weights exist once the model is built: call it once or ``model.build((batch, n_steps), (batch, n_steps))``.
-
-    Args:
-        n_steps: longest sequence accepted (the seed pads or truncates every sentence to it).
-        src_vocab_size, tgt_vocab_size, num_heads, d_model, d_ff: as in the seed.
-    """
-
-    num_encoder_layers = num_decoder_layers = 2
-
-    def __init__(
-        self,
-        n_steps: int = 25,
-        src_vocab_size: int = 300,
-        tgt_vocab_size: int = 400,
-        num_heads: int = 8,
-        d_model: int = 512,
-        d_ff: int = 2048,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        if d_model % num_heads:
-            raise ValueError(f"num_heads={num_heads} must divide d_model={d_model}")
-        self.config = {
-            "n_steps": n_steps,
-            "src_vocab_size": src_vocab_size,
-            "tgt_vocab_size": tgt_vocab_size,
-            "num_heads": num_heads,
-            "d_model": d_model,
-            "d_ff": d_ff,
-        }
-        self.n_steps, self.src_vocab_size, self.tgt_vocab_size, self.d_model = (
-            n_steps, src_vocab_size, tgt_vocab_size, d_model
-        )
-        self.src_embed = keras.layers.Embedding(src_vocab_size, d_model, name="src_embed")
-        self.tgt_embed = keras.layers.Embedding(tgt_vocab_size, d_model, name="tgt_embed")
-        self.encoder_layers = [
-            MinEncoderLayer(d_model, num_heads, d_ff, name=f"encoder_layers_{i}")
-            for i in range(self.num_encoder_layers)
-        ]
-        self.decoder_layers = [
-            MinDecoderLayer(d_model, num_heads, d_ff, name=f"decoder_layers_{i}")
-            for i in range(self.num_decoder_layers)
-        ]
-        self.generator = keras.layers.Dense(tgt_vocab_size, name="generator")
-
-    def build(self, src_ids_shape, tgt_ids_shape):
-        _check_rank(src_ids_shape, "src_ids")
-        _check_rank(tgt_ids_shape, "tgt_ids")
-        src_shape, tgt_shape = (*src_ids_shape, self.d_model), (*tgt_ids_shape, self.d_model)
-        self.src_embed.build(src_ids_shape)
-        self.tgt_embed.build(tgt_ids_shape)
-        for layer in self.encoder_layers:
-            layer.build(src_shape)
-        for layer in self.decoder_layers:
-            layer.build(tgt_shape, src_shape)
-        self.generator.build(tgt_shape)
-
-    def _check(self, ids, vocab_size: int, name: str) -> None:
-        check_ids(ids, vocab_size, name)
-        _check_length(ids, self.n_steps, name, "n_steps")
-
-    def call(self, src_ids, tgt_ids):
-        """src_ids ``(batch, src_len)`` and tgt_ids ``(batch, tgt_len)`` -> logits ``(batch, tgt_len, tgt_vocab)``."""
-        src_ids, tgt_ids = _as_ids(src_ids), _as_ids(tgt_ids)
-        self._check(src_ids, self.src_vocab_size, "src_ids")
-        self._check(tgt_ids, self.tgt_vocab_size, "tgt_ids")
-        memory = self.src_embed(src_ids)
-        for layer in self.encoder_layers:
-            memory = layer(memory)
-        # (1, tgt_len, tgt_len): the heads work on 3-D tensors (no head axis), so drop causal_mask's head axis.
-        mask = causal_mask(ops.shape(tgt_ids)[1])[0]
-        y = self.tgt_embed(tgt_ids)
-        for layer in self.decoder_layers:
-            y = layer(y, memory, mask)
-        return self.generator(y)
-
-    def get_config(self):
-        return {**super().get_config(), **self.config}

@@ -14,11 +14,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from .gpt import _as_ids, cache_length
+from .gpt import cache_length
 from .grouped import GroupedQueryAttention
 from .masking import causal_mask
 from .modern import RMSNorm, SwiGLU, sliding_window_mask
-from .text import check_ids
+from .text import as_ids, check_ids
 
 __all__ = ["ModernBlock", "ModernDecoder"]
 
@@ -145,7 +145,7 @@ class ModernDecoder(keras.Model):
     def call(self, ids, training=None):
         """ids ``(batch, length)`` -> logits ``(batch, length, vocab_size)``; position ``i`` sees tokens ``0..i``
         (the ``window`` latest of them when a window is set)."""
-        ids = _as_ids(ids)
+        ids = as_ids(ids)
         self._check(ids)
         x = self.token_embed(ids)  # (batch, length, d_model): no position vector, RoPE acts inside attention
         mask = self.mask(ops.shape(ids)[1])
@@ -160,7 +160,7 @@ class ModernDecoder(keras.Model):
         Returns logits ``(batch, length - cached_len, vocab_size)``, equal to ``model(ids)[:, cached_len:]``.
         The model must be built (called once) or is built here.
         """
-        ids = _as_ids(ids)
+        ids = as_ids(ids)
         if not self.built:
             self.build(tuple(ids.shape))
         past = cache_length(cache)

@@ -29,6 +29,32 @@ def check_ids(ids, vocab_size: int, name: str = "ids") -> None:
         )
 
 
+def as_ids(ids):
+    """Lists and NumPy arrays -> a backend integer tensor (tensors pass through)."""
+    return ids if ops.is_tensor(ids) else ops.convert_to_tensor(np.asarray(ids))
+
+
+def check_rank(shape, name: str = "ids") -> None:
+    """Raise ValueError unless ``shape`` is ``(batch, seq_len)``.
+
+    Keras builds a model from the shapes of its first inputs: this catches wrong ids there, before any weight
+    exists.
+    """
+    if len(shape) != 2:
+        raise ValueError(f"{name} must have shape (batch, seq_len); got shape {tuple(shape)}")
+
+
+def check_length(ids, max_len: int, name: str = "ids", what: str = "max_len") -> None:
+    """Raise ValueError unless ``ids`` ``(batch, seq_len)`` holds between 1 and ``max_len`` tokens.
+
+    ``what`` names the limit in the message (``max_len`` for the paper's model, ``n_steps`` for source 004's).
+    While a graph is traced the length may be unknown (None): it is checked when the values come.
+    """
+    length = ids.shape[1]
+    if length is not None and not 1 <= length <= max_len:
+        raise ValueError(f"{name} must have between 1 and {what}={max_len} tokens; got {length}")
+
+
 @keras.saving.register_keras_serializable(package="companion")
 class TokenEmbedding(keras.layers.Layer):
     """A learned vector per token id, optionally multiplied by sqrt(d_model) as in the paper.

@@ -9,18 +9,12 @@ a small CPU, then fast); with a GPU it is also compiled with XLA.
 
 from __future__ import annotations
 
-import time
-
 import keras
 import numpy as np
 from keras import ops
 
 from ..data import iterate_batches
-from ..training import (
-    progress_bar,
-    shift_targets,
-    warmup_learning_rate,
-)
+from ..training import EpochLoop, shift_targets, warmup_learning_rate
 
 # Decoding lives in .decoding; its names stay importable from here, where the course first used them.
 from .decoding import (  # noqa: F401
@@ -173,7 +167,7 @@ class TeacherForcing(keras.Model):
         return self.transformer(src_ids, decoder_input, training=training)
 
 
-class Trainer:
+class Trainer(EpochLoop):
     """Teacher-forcing training of a :class:`companion.keras.Transformer` with a per-step loss history.
 
     Args:
@@ -186,7 +180,10 @@ class Trainer:
             small: the steps themselves took the same time with and without it.
 
     ``history`` holds lists: ``step``, ``loss``, ``lr`` (one entry per update) and ``val_step``, ``val_loss``.
+    ``fit`` (the epoch loop) is :class:`companion.training.EpochLoop`'s, the same for the PyTorch trainer.
     """
+
+    progress_label = "keras"  # the progress bar's name
 
     def __init__(
         self,
@@ -249,43 +246,3 @@ class Trainer:
                 total += float(ops.convert_to_numpy(loss)) * tokens
                 count += tokens
         return total / max(count, 1)
-
-    def fit(
-        self,
-        src_ids: np.ndarray,
-        tgt_ids: np.ndarray,
-        epochs: int = 1,
-        batch_size: int = 64,
-        seed: int = 0,
-        validation: tuple[np.ndarray, np.ndarray] | None = None,
-        progress: bool = True,
-    ) -> dict[str, list[float]]:
-        """Train for ``epochs`` passes over the pairs, reshuffled each epoch (seed + epoch).
-
-        With ``validation = (src_ids, tgt_ids)`` the validation loss is recorded after every epoch. Returns
-        ``history`` (also kept on the trainer); ``history["seconds"]`` is the wall-clock time of this call and
-        ``history["first_step_seconds"]`` that of its first update (which includes any tracing or compiling).
-        Every batch has the same shape (full width, ``batch_size`` rows; the pairs left over after the last full
-        batch wait for the next epoch's shuffle), so the compiled step is traced once: a new shape would trace it
-        again, which costs far more than a step.
-        """
-        start = time.perf_counter()
-        timing: dict[str, list[float]] = {}
-        steps_per_epoch = len(src_ids) // batch_size
-        bar = progress_bar(total=epochs * steps_per_epoch, desc="keras", enabled=progress)
-        for epoch in range(epochs):
-            batches = iterate_batches(src_ids, tgt_ids, batch_size, shuffle=True, seed=seed + epoch, drop_last=True)
-            for src, tgt in batches:
-                loss = self.train_step(src, tgt)
-                if "first_step_seconds" not in timing:
-                    timing["first_step_seconds"] = [time.perf_counter() - start]
-                bar.update()
-                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", refresh=False)
-            if validation is not None:
-                self.history["val_step"].append(self.step)
-                self.history["val_loss"].append(self.evaluate(*validation))
-                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}", val=f"{self.history['val_loss'][-1]:.3f}")
-        bar.close()
-        self.history["seconds"] = [time.perf_counter() - start]
-        self.history.update(timing)
-        return self.history

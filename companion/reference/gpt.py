@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from companion.convert import dense_numpy
 from companion.reference.addnorm import layer_norm
 from companion.reference.masking import causal_mask
-from companion.reference.model import embedding_params, encoder_layer_params, linear_params, norm_params
+from companion.reference.model import embedding_params, encoder_layer_params, norm_params
 from companion.reference.model import encoder_layer as _block
 from companion.sampling import check_sampling_args, make_rng, sample_next
 
@@ -54,7 +55,7 @@ def gpt_params(model: Any) -> Params:
         "norm": norm_params(model.norm),
     }
     if model.head is not None:
-        params["head"] = linear_params(model.head)[0]
+        params["head"] = dense_numpy(model.head, np.float64)[0]
     return params
 
 

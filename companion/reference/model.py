@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from companion.convert import as_numpy, dense_numpy, params_numpy
 from companion.reference.addnorm import add_norm, feed_forward, layer_norm
 from companion.reference.masking import causal_mask, combine_masks, padding_mask
 from companion.reference.multihead import multi_head_attention
@@ -163,17 +164,7 @@ def transformer(
 
 def _array(value: Any) -> np.ndarray:
     """A torch tensor or parameter, a Keras variable or an array, as a float64 NumPy array."""
-    if hasattr(value, "detach"):  # torch
-        value = value.detach().cpu().numpy()
-    return np.array(value, dtype=np.float64)
-
-
-def linear_params(layer: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(W, b)`` of an ``nn.Linear`` or a ``keras.layers.Dense``, with ``W`` as ``(in_features, out_features)``."""
-    if hasattr(layer, "kernel"):  # keras Dense: the kernel is already (in, out)
-        return _array(layer.kernel), (_array(layer.bias) if layer.bias is not None else None)
-    # torch nn.Linear stores (out, in) and computes x @ weight.T
-    return _array(layer.weight).T, (_array(layer.bias) if layer.bias is not None else None)
+    return np.array(as_numpy(value), dtype=np.float64)
 
 
 def norm_params(layer: Any) -> dict[str, np.ndarray]:
@@ -189,23 +180,15 @@ def embedding_params(layer: Any) -> np.ndarray:
     return _array(layer.embeddings if hasattr(layer, "embeddings") else layer.weight)
 
 
-def attention_params(mha: Any) -> dict[str, np.ndarray]:
-    """``wq, bq, wk, bk, wv, bv, wo, bo`` of a companion MultiHeadAttention (either framework)."""
-    params = {}
-    for name in ("q", "k", "v", "o"):
-        params[f"w{name}"], params[f"b{name}"] = linear_params(getattr(mha, f"w{name}"))
-    return params
-
-
 def feed_forward_params(ffn: Any) -> dict[str, np.ndarray]:
     """``w1, b1, w2, b2`` of a PositionwiseFeedForward (either framework)."""
-    (w1, b1), (w2, b2) = linear_params(ffn.linear1), linear_params(ffn.linear2)
+    (w1, b1), (w2, b2) = dense_numpy(ffn.linear1, np.float64), dense_numpy(ffn.linear2, np.float64)
     return {"w1": w1, "b1": b1, "w2": w2, "b2": b2}
 
 
 def encoder_layer_params(layer: Any) -> Params:
     return {
-        "self_attn": attention_params(layer.self_attn),
+        "self_attn": params_numpy(layer.self_attn, np.float64),
         "ffn": feed_forward_params(layer.ffn),
         "addnorm1": norm_params(layer.addnorm1.norm),
         "addnorm2": norm_params(layer.addnorm2.norm),
@@ -214,8 +197,8 @@ def encoder_layer_params(layer: Any) -> Params:
 
 def decoder_layer_params(layer: Any) -> Params:
     return {
-        "self_attn": attention_params(layer.self_attn),
-        "cross_attn": attention_params(layer.cross_attn),
+        "self_attn": params_numpy(layer.self_attn, np.float64),
+        "cross_attn": params_numpy(layer.cross_attn, np.float64),
         "ffn": feed_forward_params(layer.ffn),
         "addnorm1": norm_params(layer.addnorm1.norm),
         "addnorm2": norm_params(layer.addnorm2.norm),
@@ -245,7 +228,7 @@ def transformer_params(model: Any) -> Params:
             "decoder": stack_params(model.decoder),
             "generator": {"b": _array(model.generator.bias)},
         }
-    w, b = linear_params(model.generator)
+    w, b = dense_numpy(model.generator, np.float64)
     return {
         "src_embed": embedding_params(model.src_embed),
         "tgt_embed": embedding_params(model.tgt_embed),

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from companion.convert import dense_numpy
 from companion.reference.grouped import grouped_query_attention
 from companion.reference.masking import causal_mask
-from companion.reference.model import _array, embedding_params, linear_params
+from companion.reference.model import _array, embedding_params
 from companion.reference.modern import rms_norm, sliding_window_mask, swiglu
 from companion.sampling import check_sampling_args, make_rng, sample_next
 
@@ -55,7 +56,7 @@ def modern_decoder_params(model: Any) -> Params:
     """The parameter dictionary of a ``ModernDecoder`` of either framework, as float64."""
 
     def weights(layer: Any, names: str) -> dict[str, np.ndarray]:
-        return {f"w{n}": linear_params(getattr(layer, f"w{n}"))[0] for n in names}
+        return {f"w{n}": dense_numpy(getattr(layer, f"w{n}"), np.float64)[0] for n in names}
 
     params: Params = {
         "token_embed": embedding_params(model.token_embed),
@@ -64,7 +65,7 @@ def modern_decoder_params(model: Any) -> Params:
         "norm": _array(model.norm.weight),
     }
     if model.head is not None:
-        params["head"] = linear_params(model.head)[0]
+        params["head"] = dense_numpy(model.head, np.float64)[0]
     return params
 
 

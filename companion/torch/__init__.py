@@ -6,7 +6,8 @@ from .device import default_device
 from .gpt import GPT, GPTBlock, generate
 from .grouped import GroupedQueryAttention, repeat_kv
 from .masking import causal_mask, combine_masks, padding_mask
-from .model import Decoder, DecoderLayer, Encoder, EncoderLayer, MinTransformer, Transformer
+from .min_transformer import MinTransformer
+from .model import Decoder, DecoderLayer, Encoder, EncoderLayer, Transformer
 from .modern import RMSNorm, RotaryEmbedding, SwiGLU, rotate_half, sliding_window_mask
 from .modern_decoder import ModernBlock, ModernDecoder
 from .multihead import MultiHeadAttention

@@ -7,6 +7,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .masking import most_negative
+
 
 def check_mask(mask: torch.Tensor | None, shape: tuple[int, ...]) -> None:
     """Raise ValueError unless ``mask`` is None or a boolean tensor that broadcasts to ``shape`` (the scores')."""
@@ -71,7 +73,7 @@ def scaled_dot_product_attention(
     if mask is not None:
         # The most negative finite value *of the scores' dtype*: -1e9 would overflow to -inf in float16, and -inf
         # makes a fully masked row 0/0 = NaN. With a finite fill that row is uniform and its output finite.
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        scores = scores.masked_fill(~mask, most_negative(scores.dtype))
     weights = scores.softmax(dim=-1)
     out = F.dropout(weights, p=dropout, training=training) @ v
     return (out, weights) if return_weights else out

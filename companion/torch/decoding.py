@@ -2,7 +2,7 @@
 batch at once) and ``translate`` from strings to strings.
 
 Same names and arguments as ``companion.keras.decoding``. The search itself is framework-free
-(``companion.training``); these functions supply the model's next-token scores.
+(``companion.decoding``); these functions supply the model's next-token scores.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from ..data import decode_ids, encode_sentences
-from ..text import Vocabulary
-from ..training import batch_beam_search_from_scores, beam_search_from_scores
+from ..decoding import batch_beam_search_from_scores, beam_search_from_scores
+from ..text import Vocabulary, pad_batch
 from .kv_cache import cached_beam_scorer, cross_attention_cache, decode_cached
 
 
@@ -92,7 +92,7 @@ def beam_search(
 ) -> torch.Tensor:
     """Beam search, one source sentence at a time (the beams of a sentence form the batch).
 
-    See ``companion.training.beam_search_from_scores`` for the search itself; this function only supplies the
+    See ``companion.decoding.beam_search_from_scores`` for the search itself; this function only supplies the
     next-token log-probabilities. Same output layout as :func:`greedy_decode`. With ``use_cache=True`` the scores
     come from ``companion.torch.kv_cache.cached_beam_scorer`` (same numbers, each step computes one position).
     """
@@ -113,11 +113,7 @@ def beam_search(
         scorer = cached_beam_scorer(model, memory, src_mask) if use_cache else next_log_probs
         results.append(beam_search_from_scores(scorer, bos_id, eos_id, beam_size, limit, length_penalty))
     model.train(was_training)
-    width = max(len(r) for r in results)
-    out = torch.full((len(results), width), model.pad_id, dtype=torch.long, device=device)
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
-    return out
+    return torch.as_tensor(pad_batch(results, pad_id=model.pad_id), device=device)  # int64, PAD after </s>
 
 
 def translate(
@@ -160,7 +156,7 @@ def batch_beam_search(
     """Beam search for a whole batch: the same search as :func:`beam_search`, one decoder call per step.
 
     The source is encoded once; at each step the live prefixes of every unfinished sentence are decoded together,
-    each reading its own sentence's memory (see ``companion.training.batch_beam_search_from_scores``). Same output
+    each reading its own sentence's memory (see ``companion.decoding.batch_beam_search_from_scores``). Same output
     layout as :func:`greedy_decode`: ``(batch, out_len)`` int64, finished rows end with ``eos_id`` then PAD.
     """
     was_training = model.training
@@ -178,8 +174,4 @@ def batch_beam_search(
         next_log_probs, src.shape[0], bos_id, eos_id, beam_size, limit, length_penalty
     )
     model.train(was_training)
-    width = max(len(r) for r in results)
-    out = torch.full((len(results), width), model.pad_id, dtype=torch.long, device=device)
-    for row, tokens in enumerate(results):
-        out[row, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
-    return out
+    return torch.as_tensor(pad_batch(results, pad_id=model.pad_id), device=device)  # int64, PAD after </s>

@@ -42,7 +42,7 @@ __all__ = ["GPT", "GPTBlock", "cache_length", "generate"]
 class GPTBlock(nn.Module):
     """Masked self-attention then the feed-forward network, each inside a pre-LN Add & Norm.
 
-    It is the encoder layer of chapter 5 with ``norm_first=True``, run under a causal mask.
+    It is the encoder layer of chapter 6 with ``norm_first=True``, run under a causal mask.
 
     Args:
         d_model, num_heads, d_ff: as for the Transformer's layers.

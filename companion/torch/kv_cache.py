@@ -110,7 +110,7 @@ def decode_cached(
 def cached_beam_scorer(
     model: nn.Module, memory: torch.Tensor, src_mask: torch.Tensor
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """The ``next_log_probs`` function that ``companion.training.beam_search_from_scores`` calls, with a cache.
+    """The ``next_log_probs`` function that ``companion.decoding.beam_search_from_scores`` calls, with a cache.
 
     ``memory`` ``(1, src_len, d_model)`` and ``src_mask`` are one sentence's. Its cross-attention keys and values
     are computed here, once. Each call receives the surviving prefixes ``(beams, steps)``; each one extends a

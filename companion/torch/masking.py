@@ -10,8 +10,8 @@ where                                                 True / 1 means  from our m
 ``torch.nn.functional.scaled_dot_product_attention``  may attend      ``mask``
 ``torch.nn.MultiheadAttention``                       blocked         ``to_torch_mha_mask(mask)`` (``~mask``)
 ``keras.layers.MultiHeadAttention``                   may attend      ``mask[:, 0]`` (no head axis)
-additive masks of seed document 004                   blocked         ``1 - mask``, times -1e9, added
-boolean masks of seed document 003                    blocked         ``~mask``, filled with -inf
+additive masks of source document 004                 blocked         ``1 - mask``, times -1e9, added
+boolean masks of source document 003                  blocked         ``~mask``, filled with -inf
 ====================================================  ==============  ======================================
 
 An additive ``-1e9`` overflows to ``-inf`` in float16, and ``-inf`` turns a row with every key masked into NaN
@@ -21,6 +21,11 @@ An additive ``-1e9`` overflows to ``-inf`` in float16, and ``-inf`` turns a row 
 from __future__ import annotations
 
 import torch
+
+
+def most_negative(dtype: torch.dtype) -> float:
+    """The most negative finite number of a float dtype: -65504 for float16, about -3.4e38 for float32."""
+    return torch.finfo(dtype).min
 
 
 def padding_mask(ids: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
@@ -62,4 +67,4 @@ def to_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
 
 def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Our mask -> a float mask to *add* to the scores: 0 where allowed, the dtype's most negative value where not."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, most_negative(dtype))

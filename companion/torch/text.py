@@ -20,6 +20,16 @@ def check_ids(ids: torch.Tensor, vocab_size: int, name: str = "ids") -> None:
         )
 
 
+def check_length(ids: torch.Tensor, max_len: int, name: str = "ids", what: str = "max_len") -> None:
+    """Raise ValueError unless ``ids`` ``(batch, seq_len)`` holds between 1 and ``max_len`` tokens.
+
+    ``what`` names the limit in the message (``max_len`` for the paper's model, ``n_steps`` for source 004's).
+    """
+    length = ids.shape[1]
+    if not 1 <= length <= max_len:
+        raise ValueError(f"{name} must have between 1 and {what}={max_len} tokens; got {length}")
+
+
 class TokenEmbedding(nn.Module):
     """A learned vector per token id, optionally multiplied by sqrt(d_model) as in the paper.
 

@@ -1,0 +1,130 @@
+"""Beam search, framework-free: the search runs on NumPy log-probabilities that a model supplies.
+
+``companion.torch.decoding`` and ``companion.keras.decoding`` wrap their models' next-token scores in a function
+and call the search here, so both frameworks search the same way and give the same tokens for the same scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+Hypothesis = tuple[float, list[int]]  # (summed log-probability, token ids starting with <s>)
+
+
+def _length_normalized(score: float, length: int, length_penalty: float) -> float:
+    """``score / ((5 + length) / 6) ** length_penalty`` (Wu et al., 2016): 0 means no normalization."""
+    return score / ((5.0 + length) / 6.0) ** length_penalty
+
+
+def _extend(
+    alive: list[Hypothesis], totals: np.ndarray, beam_size: int, eos_id: int, finished: list[Hypothesis]
+) -> list[Hypothesis]:
+    """One step of one sentence's search: the best extensions of ``alive`` by the scores ``totals``
+    ``(beams, vocab)``; those ending with ``eos_id`` go to ``finished``, at most ``beam_size`` others stay alive."""
+    order = np.argsort(-totals, axis=None, kind="stable")
+    alive_next: list[Hypothesis] = []
+    for flat in order[: 2 * beam_size]:  # at most beam_size of these can end, so enough stay alive
+        beam, token = divmod(int(flat), totals.shape[1])
+        candidate = (float(totals[beam, token]), alive[beam][1] + [token])
+        if token == eos_id:
+            finished.append(candidate)
+        elif len(alive_next) < beam_size:
+            alive_next.append(candidate)
+    return alive_next
+
+
+def _best(pool: list[Hypothesis], length_penalty: float) -> list[int]:
+    """The tokens after ``<s>`` of the hypothesis with the best length-normalized score."""
+    _, best = max(pool, key=lambda item: _length_normalized(item[0], len(item[1]) - 1, length_penalty))
+    return best[1:]
+
+
+def beam_search_from_scores(
+    next_log_probs: Callable[[np.ndarray], np.ndarray],
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int = 50,
+    length_penalty: float = 0.6,
+) -> list[int]:
+    """Beam search for one sentence, given a function that scores the next token of several prefixes at once.
+
+    Keep the ``beam_size`` best unfinished prefixes (by summed log-probability). At each step extend every one by
+    every token, and keep the best ``beam_size`` extensions; an extension that ends with ``eos_id`` is set aside
+    as a finished hypothesis. Stop when ``beam_size`` hypotheses are finished or after ``max_len`` tokens, then
+    return the finished one with the best *length-normalized* score ``log_prob / ((5 + length) / 6) ** alpha``
+    (Wu et al., 2016; ``alpha = length_penalty``, 0 means no normalization). Without normalization, short
+    outputs win, because every extra token adds a negative log-probability.
+
+    Args:
+        next_log_probs: ``prefixes (beams, steps)`` int array, starting with ``bos_id`` -> ``(beams, vocab)``
+            log-probabilities of the next token.
+        beam_size: how many prefixes to keep; 1 is greedy decoding.
+
+    Returns:
+        the best token ids after ``<s>``, ending with ``eos_id`` unless ``max_len`` was reached first.
+    """
+    if beam_size < 1 or max_len < 1:
+        raise ValueError(f"beam_size and max_len must be positive; got {beam_size} and {max_len}")
+    alive: list[Hypothesis] = [(0.0, [bos_id])]
+    finished: list[Hypothesis] = []
+    for _ in range(max_len):
+        log_probs = np.asarray(next_log_probs(np.array([tokens for _, tokens in alive], dtype=np.int64)))
+        if log_probs.ndim != 2 or log_probs.shape[0] != len(alive):
+            raise ValueError(f"next_log_probs must return (beams={len(alive)}, vocab); got {log_probs.shape}")
+        totals = np.array([score for score, _ in alive])[:, None] + log_probs  # (beams, vocab)
+        alive = _extend(alive, totals, beam_size, eos_id, finished)
+        if len(finished) >= beam_size or not alive:
+            break
+    return _best(finished or alive, length_penalty)
+
+
+def batch_beam_search_from_scores(
+    next_log_probs: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    batch_size: int,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int = 50,
+    length_penalty: float = 0.6,
+) -> list[list[int]]:
+    """:func:`beam_search_from_scores` for ``batch_size`` sentences at once: one model call per step for all.
+
+    Every sentence keeps its own beams, finished hypotheses and stopping rule, exactly as in the one-sentence
+    version, so the results are the same; only the scoring is batched: at each step the live prefixes of all
+    unfinished sentences (they all have the same length) go to the model together.
+
+    Args:
+        next_log_probs: ``(prefixes (n, steps) int array, rows (n,) int array)`` -> ``(n, vocab)`` next-token
+            log-probabilities, where ``rows[i]`` is the sentence (0 to ``batch_size - 1``) prefix ``i`` belongs to.
+        batch_size: number of sentences.
+
+    Returns:
+        per sentence, the best token ids after ``<s>`` (see :func:`beam_search_from_scores`).
+    """
+    if beam_size < 1 or max_len < 1 or batch_size < 1:
+        raise ValueError(
+            f"batch_size, beam_size and max_len must be positive; got {batch_size}, {beam_size}, {max_len}"
+        )
+    alive: list[list[Hypothesis]] = [[(0.0, [bos_id])] for _ in range(batch_size)]
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+    done = [False] * batch_size
+    for _ in range(max_len):
+        open_rows = [b for b in range(batch_size) if not done[b]]
+        if not open_rows:
+            break
+        rows = np.array([b for b in open_rows for _ in alive[b]], dtype=np.int64)
+        prefixes = np.array([tokens for b in open_rows for _, tokens in alive[b]], dtype=np.int64)
+        log_probs = np.asarray(next_log_probs(prefixes, rows))
+        if log_probs.ndim != 2 or log_probs.shape[0] != len(rows):
+            raise ValueError(f"next_log_probs must return (prefixes={len(rows)}, vocab); got {log_probs.shape}")
+        start = 0
+        for b in open_rows:
+            count = len(alive[b])
+            totals = np.array([score for score, _ in alive[b]])[:, None] + log_probs[start : start + count]
+            start += count
+            alive[b] = _extend(alive[b], totals, beam_size, eos_id, finished[b])
+            done[b] = len(finished[b]) >= beam_size or not alive[b]
+    return [_best(finished[b] or alive[b], length_penalty) for b in range(batch_size)]
