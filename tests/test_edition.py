@@ -70,3 +70,18 @@ def test_the_last_chinese_build_executed_nothing() -> None:
         pytest.skip("no Chinese build yet (`make book`)")
     assert edition.executed_count(cache_path) == 0
     assert (ROOT / "_build" / "html" / "zh_CN" / "notebooks" / "02_attention.html").is_file()
+
+
+def test_the_sidebar_captions_are_translated_or_the_build_fails(tmp_path, monkeypatch):
+    import yaml
+
+    toc = yaml.safe_load(edition.translated_toc("zh_CN", tmp_path).read_text(encoding="utf-8"))
+    english = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    assert [part["caption"] for part in toc["parts"]] == ["入门", "章节", "参考"]
+    assert [part["chapters"] for part in toc["parts"]] == [part["chapters"] for part in english["parts"]]
+    (tmp_path / "locales" / "zh_CN" / "LC_MESSAGES").mkdir(parents=True)
+    (tmp_path / "locales" / "zh_CN" / "LC_MESSAGES" / "sphinx.po").write_text('msgid "Chapters"\nmsgstr "章节"\n')
+    monkeypatch.setattr(edition, "LOCALES", tmp_path / "locales")
+    monkeypatch.setattr(edition, "ROOT", ROOT)
+    with pytest.raises(ValueError, match="Getting started"):
+        edition.translated_toc("zh_CN", tmp_path)

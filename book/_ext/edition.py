@@ -118,6 +118,31 @@ def _sphinx(outdir: Path, builder: str, overrides: dict[str, Any], force_all: bo
                         builder=builder, freshenv=force_all, keep_going=True)
 
 
+def translated_toc(language: str, home: Path) -> Path:
+    """``_toc.yml`` with its parts' captions in ``language``, written to ``home``; the captions' translations are in
+    the catalogue of the theme's words (``sphinx.po``), and a caption without one is an error, not English."""
+    import yaml
+    from babel.messages.pofile import read_po
+
+    words = LOCALES / language / "LC_MESSAGES" / "sphinx.po"
+    with words.open("rb") as handle:
+        catalog = read_po(handle)
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    missing = []
+    for part in toc.get("parts", []):
+        message = catalog.get(part["caption"]) if "caption" in part else None
+        if "caption" in part and (message is None or not message.string or message.fuzzy):
+            missing.append(part["caption"])
+        elif message is not None:
+            part["caption"] = message.string
+    if missing:
+        raise ValueError(f"_toc.yml: no {language} translation of the captions {missing} in {words}")
+    path = home / "_toc.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def build(language: str, force_all: bool = False, english_warnings: Path | None = None) -> int:
     """Build the ``language`` edition into ``_build/<language>/html`` and copy it to ``_build/html/<language>``.
 
@@ -136,7 +161,8 @@ def build(language: str, force_all: bool = False, english_warnings: Path | None 
     reused = fill_cache(EXECUTED, cache_path)
     myst_cache.single_nb_execution = _refuse_execution
     overrides = {**EDITIONS[language], **GETTEXT_SETTINGS, "locale_dirs": [str(LOCALES)],
-                 "nb_execution_mode": "cache", "nb_execution_cache_path": str(cache_path)}
+                 "nb_execution_mode": "cache", "nb_execution_cache_path": str(cache_path),
+                 "external_toc_path": str(translated_toc(language, home))}
     recorder = _Recorder(sys.stderr)
     with contextlib.redirect_stderr(recorder):
         status = _sphinx(home / "html", "html", overrides, force_all)
