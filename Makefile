@@ -59,8 +59,8 @@ book-zh: $(STAMP)
 # After an English change: re-extract the messages of every page and exercise notebook and update the catalogues
 # (new messages empty, changed ones fuzzy, removed ones obsolete); the translators then fill them in.
 locales: $(STAMP)
-	$(PY) book/_ext/edition.py gettext _build/gettext
-	$(VENV)/bin/sphinx-intl update -p _build/gettext -l zh_CN -d locales
+	$(PY) book/_ext/edition.py gettext _build/gettext/pot
+	$(VENV)/bin/sphinx-intl update -p _build/gettext/pot -l zh_CN -d locales
 	$(PY) -m companion.instructor.exercise_translation update zh_CN
 	$(PY) -m companion.instructor.exercise_translation write zh_CN
 

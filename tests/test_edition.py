@@ -85,3 +85,13 @@ def test_the_sidebar_captions_are_translated_or_the_build_fails(tmp_path, monkey
     monkeypatch.setattr(edition, "ROOT", ROOT)
     with pytest.raises(ValueError, match="Getting started"):
         edition.translated_toc("zh_CN", tmp_path)
+
+
+def test_extraction_cannot_overwrite_the_executed_notebooks_and_unexecuted_ones_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="jupyter_execute"):
+        edition.extract(edition.BUILD / "gettext")
+    executed = tmp_path / "jupyter_execute"
+    executed.mkdir()
+    nbformat.write(_notebook("x = 1"), executed / "page.ipynb")          # a code cell that never ran
+    with pytest.raises(edition.ExecutionRefused, match="never executed"):
+        edition.fill_cache(executed, tmp_path / "cache")

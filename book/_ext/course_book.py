@@ -28,6 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from figure_text import translate_source
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
@@ -157,4 +158,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", tidy_scripts, priority=900)
     app.connect("html-page-context", add_language_link)  # after sphinx.ext.mathjax adds its scripts
     app.connect("source-read", expand_api_lines)
+    app.connect("source-read", translate_source)  # a translated build: the figures' captions and alt text
     return {"version": "0.2", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -19,7 +19,7 @@ The jupyter-book command line cannot pass Sphinx settings (``-D``), so both buil
 Usage::
 
     python book/_ext/edition.py html zh_CN [--all]   # after the English build
-    python book/_ext/edition.py gettext [OUTDIR]      # the templates, default _build/gettext
+    python book/_ext/edition.py gettext [OUTDIR]      # the templates, default _build/gettext/pot
 """
 
 from __future__ import annotations
@@ -89,16 +89,37 @@ def _refuse_execution(notebook, cwd=None, **kwargs):
     )
 
 
-def fill_cache(executed: Path, cache_path: Path) -> int:
-    """Put every executed notebook under ``executed`` into a fresh jupyter-cache at ``cache_path``; return how many."""
+def fill_cache(executed: Path, cache_path: Path, language: str | None = None) -> int:
+    """Put every executed notebook under ``executed`` into a fresh jupyter-cache at ``cache_path``; return how many.
+
+    With a ``language``, each chapter's figure captions and alt texts are first put in that language, as the
+    translated build will read them (:mod:`figure_text`): the cache matches a notebook by its code cells and their
+    metadata, and the figures' words are metadata.
+    """
+    import nbformat
     from jupyter_cache import get_cache
+    from jupyter_cache.cache.main import CacheBundleIn, NbArtifacts
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from figure_text import catalogue_translations, translate_metadata
 
     if cache_path.exists():
         shutil.rmtree(cache_path)
     cache = get_cache(str(cache_path))
     notebooks = sorted(executed.rglob("*.ipynb"))
     for path in notebooks:
-        cache.cache_notebook_file(str(path), uri=str(path.relative_to(executed)), check_validity=False, overwrite=True)
+        notebook = nbformat.read(str(path), nbformat.NO_CONVERT)
+        uri = str(path.relative_to(executed))
+        code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+        if code and not any(cell.get("execution_count") or cell.get("outputs") for cell in code):
+            raise ExecutionRefused(f"{path} was never executed: build the English book first "
+                                   "(`make book`); the translated editions reuse its outputs")
+        if language:
+            translations = catalogue_translations(language, str(Path(uri).with_suffix("")))
+            for cell in notebook.cells:
+                translate_metadata(cell.metadata, translations)
+        cache.cache_notebook_bundle(CacheBundleIn(notebook, uri, artifacts=NbArtifacts([], in_folder=path.parent)),
+                                    check_validity=False, overwrite=True)
     return len(notebooks)
 
 
@@ -158,7 +179,7 @@ def build(language: str, force_all: bool = False, english_warnings: Path | None 
     start, cpu_start = time.perf_counter(), time.process_time()
     home = BUILD / language
     cache_path = home / ".jupyter_cache"
-    reused = fill_cache(EXECUTED, cache_path)
+    reused = fill_cache(EXECUTED, cache_path, language)
     myst_cache.single_nb_execution = _refuse_execution
     overrides = {**EDITIONS[language], **GETTEXT_SETTINGS, "locale_dirs": [str(LOCALES)],
                  "nb_execution_mode": "cache", "nb_execution_cache_path": str(cache_path),
@@ -216,7 +237,7 @@ def without_docstrings(template: str, generated_headings: bool = False) -> str:
     return "\n\n".join(kept)
 
 
-def extract(outdir: Path = BUILD / "gettext") -> int:
+def extract(outdir: Path = BUILD / "gettext" / "pot") -> int:
     """Write one message template (``.pot``) per page of today's English sources into ``outdir``.
 
     The companion's docstrings, which autodoc puts on the API page, are left out: the reference stays in English,
@@ -224,11 +245,36 @@ def extract(outdir: Path = BUILD / "gettext") -> int:
     carry no source locations (they are only needed here, to find the docstrings).
     """
     overrides = {**GETTEXT_SETTINGS, "gettext_location": True, "nb_execution_mode": "off"}
+    if outdir.resolve().parent == BUILD.resolve():
+        # myst-nb writes a build's notebooks to OUTDIR/../jupyter_execute: here that would replace the English
+        # build's executed notebooks, which the translated editions reuse, by unexecuted ones
+        raise ValueError(f"outdir: {outdir} would overwrite {EXECUTED}; use a folder one level deeper")
     status = _sphinx(outdir, "gettext", overrides, force_all=True)
     for path in sorted(outdir.rglob("*.pot")):
         text = without_docstrings(path.read_text(encoding="utf-8"), generated_headings=path.stem in API_PAGES)
         path.write_text(text, encoding="utf-8")
+    add_figure_messages(outdir)
     return status
+
+
+def add_figure_messages(outdir: Path) -> None:
+    """Add each chapter's figure captions and alt texts (cell metadata, which gettext does not see) to its template."""
+    from babel.messages.pofile import read_po, write_po
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from figure_text import figure_messages
+
+    for chapter in sorted((ROOT / "notebooks").glob("*.md")):
+        path = outdir / "notebooks" / f"{chapter.stem}.pot"
+        if not path.is_file():
+            continue
+        with path.open("rb") as handle:
+            template = read_po(handle)
+        for message in figure_messages(chapter.read_text(encoding="utf-8")):
+            if message not in template:
+                template.add(message)
+        with path.open("wb") as handle:
+            write_po(handle, template, width=76, omit_header=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     html.add_argument("--all", action="store_true", help="re-read every page (after the English build re-read all)")
     html.add_argument("--english-warnings", type=Path, help="the English build's standard error, to compare with")
     gettext = commands.add_parser("gettext", help="extract the message templates from the English sources")
-    gettext.add_argument("outdir", type=Path, nargs="?", default=BUILD / "gettext")
+    gettext.add_argument("outdir", type=Path, nargs="?", default=BUILD / "gettext" / "pot")
     args = parser.parse_args(argv)
     if args.command == "html":
         return build(args.language, force_all=args.all, english_warnings=args.english_warnings)
