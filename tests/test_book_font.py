@@ -51,7 +51,7 @@ def test_subset_has_every_cjk_character_of_the_built_chinese_edition() -> None:
     pages = cjk_font.built_chinese_pages()
     if not pages:
         pytest.skip("no _build/html/zh_CN (run `make book`)")
-    missing = sorted(cjk_font.cjk_characters(pages) - cjk_font.subset_characters())
+    missing = sorted(cjk_font.page_characters(pages) - cjk_font.subset_characters())
     assert not missing, (
         f"{len(missing)} CJK characters of the built Chinese edition are not in the font subset: {''.join(missing)}; "
         "regenerate it with `make font`"
@@ -64,3 +64,10 @@ def test_subset_is_small_and_licensed() -> None:
     assert cjk_font.SUBSET.stat().st_size < 1_500_000, "the subset should hold only the glyphs the book uses"
     licence = (cjk_font.FONT_DIR / "OFL.txt").read_text(encoding="utf-8")
     assert "SIL OPEN FONT LICENSE Version 1.1" in licence
+
+
+def test_page_text_leaves_out_what_cells_printed(tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    page.write_text('<p title="标题">正文<br>文</p><div class="cell_output docutils container"><div><pre>帏儭</pre>'
+                    '<img src="a.png" alt="图"></div></div><p>后</p>', encoding="utf-8")
+    assert cjk_font.page_characters([page]) == set("标题正文后")

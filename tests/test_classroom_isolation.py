@@ -83,6 +83,11 @@ def _leave_everything_behind():
     libc = ctypes.CDLL(None, use_errno=True)
     segment = libc.shmget(0x5EED, 4096, 0o1000 | 0o666)  # IPC_CREAT
     assert segment >= 0, "shmget failed"
+    # A new Python process takes a while to start on a slow or busy machine: wait until all three writers wrote.
+    deadline = time.monotonic() + 20
+    writers = ("/tmp/companion_leak_thread", "/tmp/companion_leak_process", "/tmp/companion_leak_orphan")
+    while not all(os.path.exists(path) for path in writers) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 class _AtLoad:
@@ -97,7 +102,8 @@ def _wrap(_):
         import os
 
         print("companion-parent:", _parent_start())
-        if getattr(builtins, "companion_leak", False) and os.path.exists("/tmp/companion_leak_process"):
+        writers = ("/tmp/companion_leak_thread", "/tmp/companion_leak_process", "/tmp/companion_leak_orphan")
+        if getattr(builtins, "companion_leak", False) and all(os.path.exists(path) for path in writers):
             print("companion-leak: left")
         return original(*args, **kwargs)
 
@@ -195,3 +201,22 @@ def test_the_shared_zygote_changes_no_grade(tmp_path):
         tables[share] = ((out / "gradebook.csv").read_text(encoding="utf-8"), long)
     assert tables[True][0] == tables[False][0]
     assert tables[True][1] == tables[False][1]
+
+
+def test_a_reset_keeps_the_sandboxs_binds_and_removes_the_rest(tmp_path):
+    """A virtual environment or the course under /tmp is bound read-only into the sandbox's /tmp: bubblewrap makes
+    the folders that lead to it. A reset empties those folders of anything else and leaves the bind."""
+    from companion.grade.sandbox import zygote
+
+    bind = tmp_path / "course" / ".venv"
+    (bind / "lib").mkdir(parents=True)
+    (bind / "lib" / "site.py").write_text("kept", encoding="utf-8")
+    (tmp_path / "course" / "left.txt").write_text("left by a student", encoding="utf-8")
+    (tmp_path / "course" / "hidden").mkdir(mode=0)
+    (tmp_path / "top.txt").write_text("left by a student", encoding="utf-8")
+    kept = frozenset({str(bind)})
+    assert sorted(zygote._files_in(str(tmp_path), kept)) == [
+        str(tmp_path / "course" / "hidden"), str(tmp_path / "course" / "left.txt"), str(tmp_path / "top.txt")]
+    zygote._empty(str(tmp_path), kept)
+    assert zygote._files_in(str(tmp_path), kept) == []
+    assert (bind / "lib" / "site.py").read_text(encoding="utf-8") == "kept"

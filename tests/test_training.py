@@ -389,16 +389,22 @@ def trained_pair():
     keras_model = KerasTransformer(len(src_vocab), len(tgt_vocab), **PARITY_CONFIG)
     keras_model(src[:1], tgt[:1, :-1])
     copy_weights(torch_model, keras_model)
+    initial_logits = _logits(torch_model, src, tgt)
     torch_trainer = torch_training.Trainer(torch_model, warmup_steps=10, device="cpu")
     keras_trainer = keras_training.Trainer(keras_model, warmup_steps=10, jit_compile=False)
     for batch in batches:
         torch_trainer.train_step(*batch)
         keras_trainer.train_step(*batch)
-    return torch_trainer, keras_trainer, (src_vocab, tgt_vocab, src, tgt)
+    return torch_trainer, keras_trainer, (src_vocab, tgt_vocab, src, tgt), initial_logits
+
+
+def _logits(model: TorchTransformer, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+    """The model's logits for the first 8 pairs, (8, tgt_len - 1, tgt_vocab_size)."""
+    return model(torch.as_tensor(src[:8]), torch.as_tensor(tgt[:8, :-1])).detach().numpy()
 
 
 def test_torch_and_keras_losses_agree_after_20_steps(trained_pair):
-    torch_trainer, keras_trainer, _ = trained_pair
+    torch_trainer, keras_trainer, _, _ = trained_pair
     torch_loss, keras_loss = np.array(torch_trainer.history["loss"]), np.array(keras_trainer.history["loss"])
     assert len(torch_loss) == len(keras_loss) == PARITY_STEPS
     np.testing.assert_allclose(keras_loss, torch_loss, atol=1e-3)
@@ -411,19 +417,22 @@ def test_torch_and_keras_losses_agree_after_20_steps(trained_pair):
 
 
 def test_weights_agree_after_training(trained_pair):
-    torch_trainer, keras_trainer, (src_vocab, tgt_vocab, src, tgt) = trained_pair
+    torch_trainer, keras_trainer, (src_vocab, tgt_vocab, src, tgt), initial = trained_pair
     back = TorchTransformer(len(src_vocab), len(tgt_vocab), **PARITY_CONFIG)
     copy_weights(keras_trainer.model, back)
-    logits_torch = torch_trainer.model(torch.as_tensor(src[:8]), torch.as_tensor(tgt[:8, :-1])).detach().numpy()
-    logits_back = back(torch.as_tensor(src[:8]), torch.as_tensor(tgt[:8, :-1])).detach().numpy()
+    logits_torch, logits_back = _logits(torch_trainer.model, src, tgt), _logits(back, src, tgt)
     # Adam turns round-off differences in near-zero gradients into full-size steps, so the weights drift apart a
-    # little even though the losses agree to 1e-3.
-    np.testing.assert_allclose(logits_back, logits_torch, atol=5e-2)
-    assert np.abs(logits_back - logits_torch).mean() < 5e-3
+    # little even though the losses agree to 1e-3. How far depends on the CPU's kernels (0.055 at most on an AVX2
+    # machine, less with AVX-512), so the drift is measured against what the 20 steps changed: about 1% of it at
+    # most, 0.15% on average.
+    drift, moved = np.abs(logits_back - logits_torch), np.abs(logits_torch - initial)
+    assert moved.mean() > 0.5, "the 20 steps hardly changed the model"
+    assert drift.max() < 0.05 * moved.max(), (drift.max(), moved.max())
+    assert drift.mean() < 0.01 * moved.mean(), (drift.mean(), moved.mean())
 
 
 def test_fit_and_evaluate_record_history(trained_pair):
-    torch_trainer, keras_trainer, (_, tgt_vocab, src, tgt) = trained_pair
+    torch_trainer, keras_trainer, (_, tgt_vocab, src, tgt), _ = trained_pair
     for trainer in (torch_trainer, keras_trainer):
         before = trainer.step
         history = trainer.fit(src[:100], tgt[:100], epochs=2, batch_size=20, seed=5, validation=(src[:40], tgt[:40]),
@@ -438,7 +447,7 @@ def test_fit_and_evaluate_record_history(trained_pair):
 
 
 def test_translate_returns_sentences(trained_pair):
-    torch_trainer, keras_trainer, (src_vocab, tgt_vocab, _, _) = trained_pair
+    torch_trainer, keras_trainer, (src_vocab, tgt_vocab, _, _), _ = trained_pair
     sentences = ["the dog sleeps", "my small cats do not run"]
     for module, trainer in ((torch_training, torch_trainer), (keras_training, keras_trainer)):
         out = module.translate(trainer.model, sentences, src_vocab, tgt_vocab)

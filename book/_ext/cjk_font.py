@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from html.parser import HTMLParser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,9 +60,52 @@ def built_chinese_pages(root: Path = ROOT) -> list[Path]:
     return sorted((root / "_build" / "html" / "zh_CN").rglob("*.html"))
 
 
+class _WithoutOutputs(HTMLParser):
+    """A built page's text and attribute values, less what its cells printed (see :func:`page_text`)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.depth = 0  # how deep inside a cell's output; 0: outside
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.depth:
+            self.depth += tag not in VOID_ELEMENTS
+        elif tag == "div" and "cell_output" in (dict(attrs).get("class") or "").split():
+            self.depth = 1
+        else:
+            self.parts += [value for _, value in attrs if value]
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.depth and tag not in VOID_ELEMENTS:
+            self.depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self.depth:
+            self.parts.append(data)
+
+
+VOID_ELEMENTS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+def page_text(path: Path) -> str:
+    """A built page's text without its cells' outputs: they are the English build's, and chapter 8 prints text that
+    its model sampled, in which a byte-level model can put together any character at all (the Chinese that the
+    outputs print from the course's own pages is in :func:`book_sources`)."""
+    parser = _WithoutOutputs()
+    parser.feed(path.read_text(encoding="utf-8"))
+    parser.close()
+    return "".join(parser.parts)
+
+
 def cjk_characters(paths: Iterable[Path]) -> set[str]:
     """Every CJK character used in ``paths``."""
     return {char for path in paths for char in path.read_text(encoding="utf-8") if is_cjk(char)}
+
+
+def page_characters(pages: Iterable[Path]) -> set[str]:
+    """Every CJK character of the built ``pages`` outside their cells' outputs (:func:`page_text`)."""
+    return {char for page in pages for char in page_text(page) if is_cjk(char)}
 
 
 def subset_characters(font_path: Path = SUBSET) -> set[str]:
@@ -108,7 +152,7 @@ def main() -> int:
     pages = built_chinese_pages()
     if not pages:
         print("no _build/html/zh_CN: the theme's Chinese words are left out (run `make book` first)", file=sys.stderr)
-    chars = cjk_characters(book_sources() + pages)
+    chars = cjk_characters(book_sources()) | page_characters(pages)
     path = build_subset(chars)
     print(f"{path.relative_to(ROOT)}: {len(chars)} characters, {path.stat().st_size} bytes")
     return 0

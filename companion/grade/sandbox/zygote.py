@@ -19,7 +19,8 @@ another. It never runs a student's code either, and every student process is for
 from the same pristine state; what a student could leave behind in the sandbox is removed by ``reset``, which
 the next student's grader sends before its first ``fork``, with that student's notebooks (one file descriptor
 holding them one after another, and their names and sizes): kill every descendant and wait for them, empty
-``/tmp``, ``/dev/shm`` and ``/sandbox/notebook`` (the only writable places) and check that they are empty,
+``/tmp``, ``/dev/shm`` and ``/sandbox/notebook`` (the only writable places; the read-only binds that the sandbox
+started with stay, a virtual environment under ``/tmp`` say) and check that they are empty,
 remove every System V IPC object (POSIX message queues are refused by the seccomp filter), then write the
 notebooks into ``/sandbox/notebook``. This process is not dumpable, so a student process (same user) can neither
 read nor write its memory, and its control socket is closed in every child; a student process can still kill or
@@ -37,6 +38,7 @@ import gc
 import importlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -126,9 +128,63 @@ def _remove_ipc_objects() -> None:
                 remove(int(fields[1]))
 
 
-def _left_behind() -> list[str]:
-    """What is still in the writable places or the IPC namespace (empty after a successful reset)."""
-    left = [f"{folder}/{name}" for folder in WRITABLE if os.path.isdir(folder) for name in os.listdir(folder)]
+def _mounts_below(folders: tuple[str, ...]) -> frozenset[str]:
+    """The mount points inside ``folders``: read-only binds the sandbox started with (a virtual environment or the
+    course under ``/tmp``, say). Nothing in the sandbox may mount, so they are the same for every student."""
+    points = set()
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as file:
+            for line in file:
+                fields = line.split()
+                if len(fields) < 5:
+                    continue
+                # mountinfo writes a space, tab, newline or backslash in a path as an octal escape
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                if any(point.startswith(folder + "/") for folder in folders):
+                    points.add(point)
+    except OSError:
+        pass
+    return frozenset(points)
+
+
+def _leads_to(path: str, kept: frozenset[str]) -> bool:
+    """Whether ``path`` is a folder that bubblewrap made to hold one of the mount points ``kept``."""
+    return os.path.isdir(path) and not os.path.islink(path) and any(p.startswith(path + "/") for p in kept)
+
+
+def _empty(folder: str, kept: frozenset[str]) -> None:
+    """Remove everything inside ``folder`` but the mount points ``kept`` and the folders that lead to them, which are
+    emptied of everything else in turn."""
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if path in kept:
+            continue
+        if _leads_to(path, kept):
+            try:
+                os.chmod(path, 0o755)  # a student may have made it unreadable
+            except OSError:
+                pass
+            _empty(path, kept)
+        else:
+            _remove(path)
+
+
+def _files_in(folder: str, kept: frozenset[str]) -> list[str]:
+    """What :func:`_empty` would remove from ``folder``."""
+    left = []
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if path not in kept:
+            left += _files_in(path, kept) if _leads_to(path, kept) else [path]
+    return left
+
+
+def _left_behind(kept: frozenset[str]) -> list[str]:
+    """What is still in the writable places or the IPC namespace (empty after a successful reset); ``kept``: the
+    mount points found there at the start, which must all still be where they were."""
+    left = [path for folder in WRITABLE if os.path.isdir(folder) for path in _files_in(folder, kept)]
+    if _mounts_below(WRITABLE) != kept:
+        left.append("a read-only bind of the sandbox (moved)")
     for kind in ("shm", "sem", "msg"):
         try:
             with open(f"/proc/sysvipc/{kind}", encoding="ascii") as file:
@@ -147,6 +203,7 @@ class Zygote:
     def __init__(self, control: socket.socket, shared: bool = False) -> None:
         self.control = control
         self.shared = shared
+        self.kept = _mounts_below(WRITABLE)  # before any student: what a reset leaves in the writable places
         self.child = 0
         self.status: int | None = None
 
@@ -218,10 +275,9 @@ class Zygote:
             _kill_descendants()
             self.child, self.status = 0, None
             for folder in WRITABLE:
-                for name in os.listdir(folder):
-                    _remove(os.path.join(folder, name))
+                _empty(folder, self.kept)
             _remove_ipc_objects()
-            left = _left_behind()
+            left = _left_behind(self.kept)
             if left:
                 raise ValueError(f"could not remove {', '.join(left[:3])}")
             with os.fdopen(fds.pop(), "rb") as source:
