@@ -217,9 +217,10 @@ class SharedSandbox:
     def start(self) -> None:
         from companion.grade.forkserver import Zygote
         from companion.grade.launcher import Limits
+        from companion.grade.shortcuts import tripwire_names
 
         # Generous CPU limit for the zygote itself: each student process lowers its own at the fork.
-        self.zygote = Zygote(("shared", ("torch", "keras")), [], ["torch", "keras"],
+        self.zygote = Zygote(("shared", ("torch", "keras")), [], ["torch", "keras", *tripwire_names()],
                              Limits(memory=self.memory, cpu_seconds=10**6), True, shared=True)
 
     def ready(self) -> bool:

@@ -36,6 +36,7 @@ from .control import ControlLost, receive_json
 from .launcher import Child, Limits, OutputTail
 from .notebooks import leaves_folder
 from .remote import SandboxLost
+from .shortcuts import tripwire_names
 
 #: Seconds the zygote may take to answer a request (fork, end, status) before it is killed whole.
 CONTROL_TIMEOUT = 30.0
@@ -280,8 +281,9 @@ class Zygotes:
 
     def _start(self, key: tuple) -> Zygote:
         folder, frameworks = key
-        zygote = Zygote(key, self.folders.get(folder, []), list(frameworks), self.limits.get(folder, Limits()),
-                        self.sandbox)
+        notebooks = self.folders.get(folder, [])
+        tripwires = tripwire_names(path.stem for path in notebooks)  # imported once, by the zygote
+        zygote = Zygote(key, notebooks, [*frameworks, *tripwires], self.limits.get(folder, Limits()), self.sandbox)
         self.all.append(zygote)
         return zygote
 

@@ -18,6 +18,8 @@ Inside the sandbox the same calls are tripwires that raise when the exercise is 
 from __future__ import annotations
 
 import ast
+import importlib.util
+from collections.abc import Iterable
 
 from .notebooks import Cell
 
@@ -116,3 +118,18 @@ def _is_companion(full: str) -> bool:
     if not (full == "companion" or full.startswith("companion.")):
         return False
     return full not in ALLOWED_COMPANION
+
+
+
+def tripwire_names(chapters: Iterable[str] | None = None) -> list[str]:
+    """The shortcuts of ``chapters`` (None: every chapter) whose library is installed here.
+
+    A student process sets the shortcuts of its exercises as tripwires, which imports what they name; for chapter
+    9 (Keras Hub's layers, Transformers' Llama) that takes seconds. A zygote imports them once instead, before any
+    student's code, so each student process it forks starts with them (as it would have imported them itself)."""
+    from companion.checks import registry
+
+    wanted = None if chapters is None else set(chapters)
+    names = {shortcut for exercise in registry().values() if wanted is None or exercise.chapter in wanted
+             for shortcut in exercise.shortcuts}
+    return sorted(name for name in names if importlib.util.find_spec(name.split(".")[0]) is not None)

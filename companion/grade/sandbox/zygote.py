@@ -342,13 +342,20 @@ def main(argv: list[str]) -> None:
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - kept open for the life of the process
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     imported = []
-    for name in [n for n in argv[1].split(",") if n]:
+    names = [n for n in argv[1].split(",") if n]
+    for name in [n for n in names if "." not in n]:  # the frameworks
         for module in _MODULES.get(name, ()):
             try:
                 importlib.import_module(module)
                 imported.append(module)
             except ImportError:
                 pass
+    for dotted in [n for n in names if "." in n]:  # the tripwires' names, looked up as a student process will
+        module_name, _, attribute = dotted.rpartition(".")
+        try:
+            getattr(importlib.import_module(module_name), attribute)
+        except Exception:  # what is not there is not set as a tripwire either
+            pass
     if "torch" in imported:
         from .monitor import warm_up
 
