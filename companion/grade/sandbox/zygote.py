@@ -360,6 +360,12 @@ def main(argv: list[str]) -> None:
         from .monitor import warm_up
 
         warm_up()
+        # The checks ask a student process for gradients with given output gradients: the first such call imports
+        # modules for 0.7 s, once here rather than in every process forked.
+        import torch
+
+        x = torch.ones(2, requires_grad=True)
+        torch.autograd.grad(x * x, x, torch.ones(2))
     # What is imported now is never collected: no collection in a student process walks (and so copies) the
     # zygote's objects, which are shared with it until written to.
     gc.freeze()
