@@ -485,3 +485,14 @@ def test_notebooks_graded_side_by_side_get_the_same_verdicts(catalogue):
         side = [(r.id, r.status, r.reason) for r in notebook.exercises]
         alone = [(r.id, r.status, r.reason) for r in catalogue.cases[case].exercises]
         assert side == alone, case
+
+
+def test_zygotes_look_up_the_tripwires_of_the_chapters_they_serve():
+    """The names a zygote imports once for its student processes: the chapters' shortcuts whose library is here."""
+    from companion.grade.shortcuts import tripwire_names
+
+    chapter9 = tripwire_names(["09_modern_decoder"])
+    declared = {s for e in registry().values() if e.chapter == "09_modern_decoder" for s in e.shortcuts}
+    assert "torch.nn.RMSNorm" in chapter9 and set(chapter9) <= declared
+    assert tripwire_names(["05_positional_encoding"]) == []  # no shortcut declared there
+    assert set(tripwire_names()) >= set(chapter9) | set(tripwire_names(["02_attention"]))
