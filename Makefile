@@ -41,12 +41,13 @@ install: $(STAMP)
 # another COURSE_SEED than the last build's (the stamp holds it): then every page is rebuilt and re-executed.
 # The Chinese edition (_build/html/zh_CN) follows: the same pages through locales/zh_CN's catalogues, with the
 # outputs the English build just computed (book/_ext/edition.py; it executes nothing and fails if it would have to).
+# Both read $(JOBS) pages at a time, the longest chapters first (book/_ext/page_order.py).
 BOOK_STAMP := _build/.book-built
 EN_WARNINGS := _build/.english-warnings
 book: $(STAMP)
 	@mkdir -p _build; all=$$(test -f $(BOOK_STAMP) && test "$$(cat $(BOOK_STAMP))" = "seed $${COURSE_SEED:-0}" \
 	       && test -z "$$(find companion -name '*.py' -newer $(BOOK_STAMP))" || echo --all); \
-	$(VENV)/bin/jupyter-book build . --builder html --keep-going $$all 2> $(EN_WARNINGS); status=$$?; \
+	$(PY) book/_ext/edition.py html en $$all --jobs $(JOBS) 2> $(EN_WARNINGS); status=$$?; \
 	cat $(EN_WARNINGS) >&2; test $$status = 0 && \
 	{ test -z "$$(ls -A _build/html/reports 2>/dev/null)" || { echo "cell errors: see _build/html/reports"; exit 1; }; } && \
 	echo "seed $${COURSE_SEED:-0}" > $(BOOK_STAMP) && \
@@ -54,7 +55,7 @@ book: $(STAMP)
 
 # The Chinese edition alone, after an English build (`make book` runs it). BOOK_ALL=--all re-reads every page.
 book-zh: $(STAMP)
-	$(PY) book/_ext/edition.py html zh_CN $(BOOK_ALL) --english-warnings $(EN_WARNINGS)
+	$(PY) book/_ext/edition.py html zh_CN $(BOOK_ALL) --jobs $(JOBS) --english-warnings $(EN_WARNINGS)
 
 # After an English change: re-extract the messages of every page and exercise notebook and update the catalogues
 # (new messages empty, changed ones fuzzy, removed ones obsolete); the translators then fill them in.
@@ -72,7 +73,7 @@ font: $(STAMP)
 # MathJax comes from the PyPI package sphinx-mathjax-offline (in the [book] extra), so the book needs no CDN.
 book-all: $(STAMP)
 	mkdir -p _build
-	$(VENV)/bin/jupyter-book build . --builder html --keep-going --all 2> $(EN_WARNINGS); status=$$?; \
+	$(PY) book/_ext/edition.py html en --all --jobs $(JOBS) 2> $(EN_WARNINGS); status=$$?; \
 	cat $(EN_WARNINGS) >&2; test $$status = 0
 	@test -z "$$(ls -A _build/html/reports 2>/dev/null)" || (echo "cell errors: see _build/html/reports" && exit 1)
 	$(MAKE) --no-print-directory book-zh BOOK_ALL=--all

@@ -95,3 +95,12 @@ def test_extraction_cannot_overwrite_the_executed_notebooks_and_unexecuted_ones_
     nbformat.write(_notebook("x = 1"), executed / "page.ipynb")          # a code cell that never ran
     with pytest.raises(edition.ExecutionRefused, match="never executed"):
         edition.fill_cache(executed, tmp_path / "cache")
+
+
+def test_notebooks_run_side_by_side_share_the_cores_out() -> None:
+    assert edition.kernel_threads(1, cores=8) == {}                      # one at a time: the frameworks' defaults
+    assert set(edition.kernel_threads(2, cores=2).values()) == {"1"}
+    assert edition.kernel_threads(2, cores=8)["OMP_NUM_THREADS"] == "4"
+    assert edition.kernel_threads(4, cores=2)["TF_NUM_INTRAOP_THREADS"] == "1"   # never zero threads
+    with pytest.raises(ValueError, match="jobs"):
+        edition.build_english(jobs=0)

@@ -1,0 +1,67 @@
+"""`make book` reads two pages at a time, the heaviest first (book/_ext/page_order.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+
+import page_order  # noqa: E402
+
+
+def _pages(tmp_path: Path) -> dict[str, Path]:
+    pages = {
+        "short_plain": "# A\n\nsome text\n",
+        "long_plain": "# B\n\n" + "a long page with no code at all\n" * 200,
+        "short_notebook": "# C\n\n```{code-cell} ipython3\n1 + 1\n```\n",
+        "long_notebook": "# D\n\n" + "```{code-cell} ipython3\nprint('many cells')\n```\n" * 20,
+    }
+    for name, text in pages.items():
+        (tmp_path / f"{name}.md").write_text(text, encoding="utf-8")
+    return {name: tmp_path / f"{name}.md" for name in pages}
+
+
+def test_notebooks_are_read_before_plain_pages_and_longer_before_shorter(tmp_path: Path) -> None:
+    paths = _pages(tmp_path)
+    env = SimpleNamespace(doc2path=lambda name: str(paths[name]))
+    docnames = sorted(paths)
+    page_order.heaviest_first(SimpleNamespace(parallel=2), env, docnames)
+    assert docnames == ["long_notebook", "short_notebook", "long_plain", "short_plain"]
+
+
+def test_one_process_keeps_sphinxs_order(tmp_path: Path) -> None:
+    paths = _pages(tmp_path)
+    env = SimpleNamespace(doc2path=lambda name: str(paths[name]))
+    docnames = sorted(paths)
+    page_order.heaviest_first(SimpleNamespace(parallel=1), env, docnames)
+    assert docnames == sorted(paths)
+
+
+def test_every_page_is_a_chunk_of_its_own() -> None:
+    assert page_order.one_page_per_chunk(["a", "b", "c"], 2) == [["a"], ["b"], ["c"]]
+
+
+@pytest.mark.parametrize("jobs, parallel", [(2, True), (1, False)])
+def test_the_book_is_read_in_parallel_only_when_asked(tmp_path: Path, monkeypatch, jobs: int, parallel: bool) -> None:
+    """Every extension of the book is safe to run in several processes (one that is not makes Sphinx read the
+    whole book in one process, silently): a Sphinx application of the real configuration says so."""
+    import sphinx.builders
+    from jupyter_book.config import get_final_config
+    from sphinx.application import Sphinx
+    from sphinx.util.docutils import docutils_namespace
+
+    monkeypatch.setattr(sphinx.builders, "make_chunks", sphinx.builders.make_chunks)  # undone after the test
+    config, _ = get_final_config(user_yaml=ROOT / "_config.yml", sourcedir=ROOT,
+                                 cli_config={"external_toc_path": str(ROOT / "_toc.yml"),
+                                             "latex_individualpages": False})
+    with docutils_namespace():
+        app = Sphinx(ROOT, None, tmp_path / "html", tmp_path / "doctrees", "html", confoverrides=config,
+                     status=None, warning=None, parallel=jobs)
+        assert app.is_parallel_allowed("read") is parallel          # Sphinx's default for writing is "safe"
+        assert app.is_parallel_allowed("write")
+        assert (sphinx.builders.make_chunks is page_order.one_page_per_chunk) is parallel
