@@ -255,3 +255,23 @@ def test_graders_forked_by_a_worker_are_stopped_alone(tmp_path, monkeypatch):
         assert not Path(f"/proc/{pid}").exists(), pid
     left = subprocess.run(["pgrep", "-f", str(submissions)], capture_output=True, text=True)
     assert left.stdout == ""
+
+
+def test_students_graded_without_the_shared_sandbox_are_counted_and_told(tmp_path, monkeypatch, capsys):
+    """When a worker's shared zygote cannot start, its graders start sandboxes of their own: as isolated, slower.
+    The class grader says how many students that was instead of running slowly in silence."""
+    submissions = tmp_path / "submissions"
+    synthetic.build_class(submissions, students=2, chapters=[CHAPTER], kinds=("solution", "solution"))
+    start = classworker.Worker.start
+
+    def without_shared_zygote(self, argv, log):
+        grader = start(self, argv, log)
+        assert grader.shared in (True, None)  # what the worker said: shared where the sandbox works, else not asked
+        grader.shared = False
+        return grader
+
+    monkeypatch.setattr(classworker.Worker, "start", without_shared_zygote)
+    code = classroom.main([str(submissions), "--out", str(tmp_path / "out"), "--chapters", CHAPTER, "--track",
+                           "numpy", "--jobs", "1", "--no-progress"])
+    assert code == 0 and classroom._SLOTS.unshared == 2
+    assert "note: 2 students were graded without the shared sandbox" in capsys.readouterr().err

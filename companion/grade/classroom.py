@@ -216,6 +216,8 @@ def _run_grader(files: list[Path], work: Path, settings: Settings, chapters_flag
             if worker is not None:
                 try:  # its own session too; the same command, forked from the slot's worker
                     process = worker.start(command[3:], str(log))
+                    if process.shared is False:
+                        _SLOTS.count_unshared()
                 except WorkerLost:
                     _SLOTS.drop()
             if process is None:
@@ -420,4 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(grades)} students ({cached} unchanged since the last run) in {time.perf_counter() - start:.1f} s; "
           f"gradebook: {args.out / 'gradebook.csv'}, feedback: {args.out / 'feedback'}, class report: "
           f"{args.out / 'report.html'}")
+    if _SLOTS.unshared:
+        print(f"note: {_SLOTS.unshared} students were graded without the shared sandbox (it could not start), each "
+              f"in sandboxes of its own: as isolated, but slower", file=sys.stderr)
     return 0

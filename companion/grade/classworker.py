@@ -82,7 +82,8 @@ class Worker:
         self.wait_ready()
         try:
             self.control.send(json.dumps({"argv": argv, "log": log}).encode("utf-8"))
-            pid = self.receive(FORK_TIMEOUT).get("pid")
+            reply = self.receive(FORK_TIMEOUT)
+            pid = reply.get("pid")
         except (OSError, TimeoutError) as error:
             self.close()
             raise WorkerLost(str(error) or type(error).__name__) from None
@@ -92,7 +93,7 @@ class Worker:
         if not isinstance(pid, int) or pid <= 0:
             self.close()
             raise WorkerLost("the worker could not fork")
-        return ForkedGrader(self, pid)
+        return ForkedGrader(self, pid, reply.get("shared"))
 
     def close(self) -> None:
         """End the worker (it is not a grader: nothing of a student's is lost)."""
@@ -105,11 +106,15 @@ class Worker:
 
 
 class ForkedGrader:
-    """A grader forked by a :class:`Worker`; ``pid``, ``wait`` and ``returncode`` as of a ``subprocess.Popen``."""
+    """A grader forked by a :class:`Worker`; ``pid``, ``wait`` and ``returncode`` as of a ``subprocess.Popen``.
 
-    def __init__(self, worker: Worker, pid: int) -> None:
+    ``shared``: whether its students' code ran in the worker's shared zygote (None when sharing was not asked for);
+    False means the shared zygote could not start, and the grader started zygotes of its own (slower, as safe)."""
+
+    def __init__(self, worker: Worker, pid: int, shared: bool | None = None) -> None:
         self.worker = worker
         self.pid = pid
+        self.shared = shared
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
@@ -141,13 +146,14 @@ class Slots:
         self.workers: list[Worker] = []
         self.local = threading.local()
         self.lock = threading.Lock()
+        self.unshared = 0  # graders of this run whose worker could not start its shared zygote
 
     def open(self, share_sandbox: bool = True, threads: int = 1) -> None:
         """Start workers from now on; ``share_sandbox``: each keeps a shared zygote (where the sandbox works);
         ``threads``: compute threads per grader (:data:`companion.grade.classroom.COMPUTE_THREADS`)."""
         if threads < 1:
             raise ValueError(f"threads must be at least 1; got {threads}")
-        self.on, self.share_sandbox, self.threads = True, share_sandbox, threads
+        self.on, self.share_sandbox, self.threads, self.unshared = True, share_sandbox, threads, 0
 
     def worker(self, env: dict[str, str], memory: int) -> Worker | None:
         """This slot's worker (None when workers are off, or this slot's failed: the command is started then)."""
@@ -163,6 +169,10 @@ class Slots:
             with self.lock:
                 self.workers.append(worker)
         return worker
+
+    def count_unshared(self) -> None:
+        with self.lock:
+            self.unshared += 1
 
     def drop(self) -> None:
         """This slot's worker failed: its next students are graded by the started command."""
@@ -249,6 +259,7 @@ class SharedSandbox:
 
 
 def serve(control: socket.socket, shared: SharedSandbox | None) -> None:
+    asked = shared is not None
     while True:
         data = control.recv(1 << 16)
         if not data:
@@ -276,7 +287,7 @@ def serve(control: socket.socket, shared: SharedSandbox | None) -> None:
         os.close(ready_w)
         os.read(ready_r, 1)  # end of file once the child leads its session
         os.close(ready_r)
-        control.send(json.dumps({"pid": pid}).encode("utf-8"))
+        control.send(json.dumps({"pid": pid, "shared": (shared is not None) if asked else None}).encode("utf-8"))
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
         if shared is not None:
