@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,7 +44,32 @@ def test_one_process_keeps_sphinxs_order(tmp_path: Path) -> None:
 
 
 def test_every_page_is_a_chunk_of_its_own() -> None:
-    assert page_order.one_page_per_chunk(["a", "b", "c"], 2) == [["a"], ["b"], ["c"]]
+    chunks = page_order.one_page_per_chunk(["a", "b", "c", "d", "e"], 2)
+    assert sorted(chunks) == [["a"], ["b"], ["c"], ["d"], ["e"]]
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_sphinx_starts_the_pages_in_the_order_given(tmp_path: Path, jobs: int) -> None:
+    """Sphinx's own ParallelTasks, given the chunks, starts them heaviest first: the third-heaviest page must not
+    wait for every short one (Sphinx starts the waiting task it was given last)."""
+    from sphinx.util.parallel import ParallelTasks
+
+    log = tmp_path / "started"
+    pages = [f"page{i}" for i in range(8)]                  # heaviest first, as heaviest_first sorts them
+
+    def read(chunk: list[str]) -> None:
+        with log.open("a", encoding="utf-8") as out:
+            out.write(chunk[0] + "\n")
+        time.sleep(0.2)                                      # every page outlasts the handing over of the rest
+
+    tasks = ParallelTasks(jobs)
+    for chunk in page_order.one_page_per_chunk(pages, jobs):
+        tasks.add_task(read, chunk)
+    tasks.join()
+    started = log.read_text(encoding="utf-8").split()
+    # pages of equal length start in rounds of `jobs`; within a round the processes race to write
+    rounds = [sorted(started[i:i + jobs]) for i in range(0, len(pages), jobs)]
+    assert rounds == [pages[i:i + jobs] for i in range(0, len(pages), jobs)]
 
 
 @pytest.mark.parametrize("jobs, parallel", [(2, True), (1, False)])

@@ -20,7 +20,7 @@ the catalogues with sphinx-intl.
 
 Usage::
 
-    python book/_ext/edition.py html en [--all] [--jobs 2]   # the English book, executing every notebook
+    python book/_ext/edition.py html en [--all] [--jobs 2] [--fresh-kernels]   # the English book, executing notebooks
     python book/_ext/edition.py html zh_CN [--all]   # after the English build
     python book/_ext/edition.py gettext [OUTDIR]      # the templates, default _build/gettext/pot
 """
@@ -37,6 +37,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # book/_ext, when this file is loaded by its path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from warm_kernels import warm_kernels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
@@ -158,15 +162,17 @@ def kernel_threads(jobs: int, cores: int | None = None) -> dict[str, str]:
     return dict.fromkeys(THREAD_VARIABLES, str(share))
 
 
-def build_english(force_all: bool = False, jobs: int = 1) -> int:
+def build_english(force_all: bool = False, jobs: int = 1, fresh_kernels: bool = False) -> int:
     """Build the English book into ``_build/html``, executing its notebooks (what ``jupyter-book build .`` does,
-    with ``jobs`` processes reading pages side by side)."""
+    with ``jobs`` processes reading pages side by side, and kernels forked with PyTorch and Keras already imported
+    unless ``fresh_kernels``: see warm_kernels.py)."""
     if jobs < 1:
         raise ValueError(f"jobs must be a positive number of processes; got {jobs}")
     for name, value in kernel_threads(jobs).items():
         os.environ.setdefault(name, value)  # the kernels inherit them; a reader's own setting wins
     start = time.perf_counter()
-    status = _sphinx(BUILD / "html", "html", {}, force_all, jobs)
+    with contextlib.nullcontext() if fresh_kernels else warm_kernels():
+        status = _sphinx(BUILD / "html", "html", {}, force_all, jobs)
     print(f"English edition: {time.perf_counter() - start:.0f} s with {jobs} processes; _build/html/index.html")
     return status
 
@@ -317,11 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     html.add_argument("--all", action="store_true", help="re-read every page (after the English build re-read all)")
     html.add_argument("--english-warnings", type=Path, help="the English build's standard error, to compare with")
     html.add_argument("--jobs", type=int, default=1, help="processes that read pages side by side (default 1)")
+    html.add_argument("--fresh-kernels", action="store_true",
+                      help="start every notebook's kernel from scratch (English; default: forked, preloaded)")
     gettext = commands.add_parser("gettext", help="extract the message templates from the English sources")
     gettext.add_argument("outdir", type=Path, nargs="?", default=BUILD / "gettext" / "pot")
     args = parser.parse_args(argv)
     if args.command == "html" and args.language == "en":
-        return build_english(force_all=args.all, jobs=args.jobs)
+        return build_english(force_all=args.all, jobs=args.jobs, fresh_kernels=args.fresh_kernels)
     if args.command == "html":
         return build(args.language, force_all=args.all, english_warnings=args.english_warnings, jobs=args.jobs)
     return extract(args.outdir)

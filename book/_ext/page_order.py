@@ -7,6 +7,12 @@ a run of its own and the pages start heaviest first: while one process executes 
 works through the rest (the longest-first rule of scheduling). A page's weight is a guess made before anything
 runs: executed notebooks before plain pages, and among each, the longer source first.
 
+Sphinx's ``ParallelTasks`` starts the first tasks it is given in order, one per process, and keeps the others
+waiting; when a process frees up it starts the waiting task it was given *last* (``dict.popitem``). Handed over in
+plain order, the third-heaviest chapter would start after every short page. So the chunks past the first ``nproc``
+are handed over in reverse, and start heaviest first (tests/test_page_order.py runs Sphinx's own ``ParallelTasks``
+to check the order they start in).
+
 Sphinx reads in one process if any extension does not declare itself safe to run in several. Three that
 jupyter-book loads say nothing; what they do was read (in the versions this course installs) and is safe, so
 :data:`SAFE_BY_READING` declares it for them. A build with one process (``jupyter-book build .``) reads in Sphinx's
@@ -19,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import sphinx.builders
+from course_book import API_LINE  # the line that makes a page document a module (book/_ext)
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 
@@ -32,14 +39,20 @@ NOTEBOOK_MARK = "{code-cell}"  # a MyST notebook's code cells; MyST-NB executes 
 
 
 def one_page_per_chunk(docnames: list[str], nproc: int, maxbatch: int = 10) -> list[list[str]]:
-    """Sphinx's ``make_chunks`` with a chunk of one page each: the next free process takes the next page."""
-    return [[name] for name in docnames]
+    """Sphinx's ``make_chunks`` with a chunk of one page each, in the order that makes ``ParallelTasks`` start
+    them in the order of ``docnames``: the first ``nproc`` as they are, the rest reversed (it starts the waiting
+    task it was given last)."""
+    chunks = [[name] for name in docnames]
+    return chunks[:nproc] + chunks[nproc:][::-1]
 
 
-def page_weight(path: Path) -> tuple[bool, int]:
-    """The sort key of a page: (is it executed?, size of its source in bytes)."""
+def page_weight(path: Path) -> tuple[bool, bool, int]:
+    """The sort key of a page: (does it import the whole package?, is it executed?, size of its source in bytes).
+
+    The API page comes first: its autodoc imports PyTorch, Keras and every module of the companion, about 20 s, the
+    longest page of a translated edition, where no notebook runs."""
     text = path.read_text(encoding="utf-8")
-    return NOTEBOOK_MARK in text, len(text.encode("utf-8"))
+    return API_LINE.search(text) is not None, NOTEBOOK_MARK in text, len(text.encode("utf-8"))
 
 
 def heaviest_first(app: Sphinx, env: BuildEnvironment, docnames: list[str]) -> None:
