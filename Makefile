@@ -41,7 +41,8 @@ install: $(STAMP)
 # another COURSE_SEED than the last build's (the stamp holds it): then every page is rebuilt and re-executed.
 # The Chinese edition (_build/html/zh_CN) follows: the same pages through locales/zh_CN's catalogues, with the
 # outputs the English build just computed (book/_ext/edition.py; it executes nothing and fails if it would have to).
-# Both read $(JOBS) pages at a time, the longest chapters first (book/_ext/page_order.py).
+# Both read $(JOBS) pages at a time, the longest chapters first (book/_ext/page_order.py). The English build's
+# kernels are forks of one process that has imported PyTorch and Keras once (book/_ext/warm_kernels.py).
 BOOK_STAMP := _build/.book-built
 EN_WARNINGS := _build/.english-warnings
 book: $(STAMP)

@@ -86,7 +86,10 @@ def test_the_book_is_read_in_parallel_only_when_asked(tmp_path: Path, monkeypatc
                                  cli_config={"external_toc_path": str(ROOT / "_toc.yml"),
                                              "latex_individualpages": False})
     with docutils_namespace():
-        app = Sphinx(ROOT, None, tmp_path / "html", tmp_path / "doctrees", "html", confoverrides=config,
+        # lists of their own: extensions append to these, and Sphinx's defaults are shared by every later build
+        # in this process (a gettext build would then extract the theme's templates)
+        app = Sphinx(ROOT, None, tmp_path / "html", tmp_path / "doctrees", "html",
+                     confoverrides={**config, "templates_path": [], "html_static_path": []},
                      status=None, warning=None, parallel=jobs)
         assert app.is_parallel_allowed("read") is parallel          # Sphinx's default for writing is "safe"
         assert app.is_parallel_allowed("write")

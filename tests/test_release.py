@@ -98,7 +98,9 @@ def test_the_release_grades_its_stubs_as_failing_and_the_solutions_as_passing(bu
 def test_the_release_book_builds(built, tmp_path):
     dest, _ = built
     assert "book/_ext/edition.py html en" in (dest / "Makefile").read_text(encoding="utf-8")
-    assert (dest / "book/_ext/edition.py").is_file() and (dest / "book/_ext/page_order.py").is_file()
+    extensions = sorted(path.name for path in (ROOT / "book" / "_ext").glob("*.py"))
+    assert {"edition.py", "page_order.py", "warm_kernels.py", "chinese_search.py"} <= set(extensions)
+    assert sorted(path.name for path in (dest / "book" / "_ext").glob("*.py")) == extensions
     book = tmp_path / "book"
     shutil.copytree(dest, book)
     config = book / "_config.yml"

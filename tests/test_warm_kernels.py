@@ -128,3 +128,34 @@ def test_the_zygote_ends_with_the_build(monkeypatch) -> None:
         zygotes = [pid for pid, command in _commands() if home.encode() in command]
     assert len(zygotes) == 1 and _gone(zygotes[0])
     assert "JUPYTER_PATH" not in os.environ and not Path(home).exists()
+
+
+def _printed(notebook) -> list[str]:
+    """Per code cell, its standard output and the plain text of what it displayed, in order (a printed line may
+    arrive in several stream messages, split differently from run to run)."""
+    return ["".join(output.get("text", "") if output.get("name") != "stderr" else ""
+                    for output in cell.outputs) + "|" +
+            "|".join(output.get("data", {}).get("text/plain", "") for output in cell.outputs)
+            for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def test_a_page_prints_and_shows_the_same_in_a_forked_kernel(monkeypatch) -> None:
+    """The real preload (Keras imports matplotlib before any kernel exists): the figures are still shown, and a page
+    that seeds and draws from Keras prints what a fresh kernel prints."""
+    import jupytext
+
+    monkeypatch.delenv("JUPYTER_PATH", raising=False)
+    page = jupytext.read(ROOT / "book" / "masks.md")
+    page.cells.append(nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 2, 4]);"))
+
+    def run() -> nbformat.NotebookNode:
+        notebook = nbformat.from_dict(page)
+        nbclient.NotebookClient(notebook, kernel_name="python3", timeout=300,
+                                resources={"metadata": {"path": str(ROOT / "book")}}).execute()
+        return notebook
+
+    fresh = run()
+    with warm_kernels.warm_kernels():
+        forked = run()
+    assert _printed(forked) == _printed(fresh)
+    assert "image/png" in forked.cells[-1].outputs[-1]["data"]              # the figure, shown inline

@@ -14,6 +14,11 @@ watches: it forwards signals (an interrupt, a termination) to the kernel's proce
 does. When it is killed, the kernel sees the socket close and ends too. When there is no zygote (it failed to start,
 or died), ``connect`` becomes an ordinary kernel (``ipykernel_launcher``): slower, never different.
 
+What a page can tell: ``sys.modules`` already holds the preloaded modules, and ``companion.seed.seed_everything``
+seeds the frameworks it finds there. A page that seeded, then imported Keras and drew random numbers from it, would
+draw other numbers than in a fresh kernel; the book's pages import what they draw from before they seed
+(tests/test_warm_kernels.py runs the page that once did not, ``book/masks.md``, both ways).
+
 The zygote binds its socket before it imports anything, so a kernel asked for during the imports waits for them;
 it exits when the build closes its standard input. Forking is safe here because the zygote runs no framework
 operation: TensorFlow and PyTorch start their thread pools at the first operation, in the kernel.
@@ -127,6 +132,9 @@ def serve(socket_path: str, preload: tuple[str, ...] = PRELOAD) -> int:
     listener.listen(64)                                        # requests made during the imports wait in the backlog
     if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
         sys.path.pop(0)                                        # a kernel's path, not this script's
+    # What ipykernel sets before a page runs: Keras imports matplotlib, which reads its backend at import (without
+    # it, figures would not be shown in the kernels).
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     for name in preload:
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)              # forked kernels are reaped by the system
@@ -176,7 +184,8 @@ def warm_kernels(preload: tuple[str, ...] = PRELOAD) -> Iterator[Path]:
     any other (the build's processes inherit it), and restores the variable afterwards. Settings such as
     :func:`edition.kernel_threads` must be in the environment before: the zygote's imports read them.
     """
-    home = Path(tempfile.mkdtemp(prefix="course-kernels-"))    # short: a Unix socket's path has about 100 bytes
+    # mode 700: no other user can reach the socket; short: a Unix socket's path has about 100 bytes
+    home = Path(tempfile.mkdtemp(prefix="course-kernels-"))
     socket_path = str(home / "zygote")
     zygote = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "serve", socket_path, *preload],
                               stdin=subprocess.PIPE)
