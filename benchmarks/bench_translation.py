@@ -210,6 +210,28 @@ def sentence_log_prob(model, sources, targets, vocabs) -> np.ndarray:
     return (log_probs.gather(-1, labels[..., None])[..., 0] * (labels != vocabs[1].pad_id)).sum(dim=1).numpy()
 
 
+def beam_against_greedy(framework: str, model, pairs, greedy_outputs, beam_outputs, vocabs) -> dict:
+    """How one beam setting's translations differ from greedy decoding's on one set: how many differ, and
+    (PyTorch) by how much the model's log-probability of the chosen translations rises, and how many wrong ones
+    remain search errors (the model scores the reference higher than the output)."""
+    row = {"sentences": len(pairs), "differ": sum(g != b for g, b in zip(greedy_outputs, beam_outputs, strict=True)),
+           "longer": sum(len(b.split()) > len(g.split()) for g, b in zip(greedy_outputs, beam_outputs, strict=True)),
+           "shorter": sum(len(b.split()) < len(g.split()) for g, b in zip(greedy_outputs, beam_outputs, strict=True))}
+    if framework == "PyTorch":
+        sources = [s for s, _ in pairs]
+        gain = sentence_log_prob(model, sources, beam_outputs, vocabs) - sentence_log_prob(
+            model, sources, greedy_outputs, vocabs)
+        row.update(log_prob_gain=float(gain.mean()), log_prob_lower=int((gain < -1e-4).sum()))
+        wrong = [(s, r, h) for (s, r), h in zip(pairs, beam_outputs, strict=True) if r != h]
+        if wrong:
+            ws, wr, wh = zip(*wrong, strict=True)
+            better = sentence_log_prob(model, ws, wr, vocabs) > sentence_log_prob(model, ws, wh, vocabs)
+            row["search_errors"] = [int(better.sum()), len(wrong)]
+        else:
+            row["search_errors"] = [0, 0]
+    return row
+
+
 def main_model(framework: str, corpus, vocabs, arrays, seed: int) -> dict:
     """Train the chapter's model in one framework and measure everything the chapter reads off it."""
     _, framework_training = framework_modules(framework)
@@ -219,8 +241,12 @@ def main_model(framework: str, corpus, vocabs, arrays, seed: int) -> dict:
     greedy, outputs = scores(framework, model, corpus, vocabs)
     result = {"seconds": history["seconds"][0], "first_step_seconds": history["first_step_seconds"][0],
               "steps": trainer.step, "decoding": {"greedy": greedy}}
+    result["beam_vs_greedy"] = {}
     for name, decoding in DECODINGS.items():
-        result["decoding"][name] = scores(framework, model, corpus, vocabs, HELD_OUT, **decoding)[0]
+        result["decoding"][name], beam_outputs = scores(framework, model, corpus, vocabs, HELD_OUT, **decoding)
+        result["beam_vs_greedy"][name] = {
+            split: beam_against_greedy(framework, model, getattr(corpus, split), outputs[split], beam_outputs[split],
+                                        vocabs) for split in HELD_OUT}
     per_number, ninety_one = {}, Counter()
     for number in corpus.held_out_numbers:
         words = " " + " ".join(data.number_words(number)) + " "

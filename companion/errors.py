@@ -4,7 +4,9 @@ Framework-free (plain Python on token strings): chapter 7 applies it to the outp
 is a test on the reference and the model's output (the hypothesis), tried in the order of :data:`KINDS`; the
 first that matches names the error:
 
-* ``early end``: the hypothesis is the beginning of the reference and stops too soon (``</s>`` came early);
+* ``early end``: the hypothesis is shorter than the reference and, word for word, its beginning (a word may be
+  another form of the right one, or another number word): it stops too soon (``</s>`` came early), whatever
+  else it got wrong on the way;
 * ``no end``: the hypothesis starts with the whole reference and goes on, or fills the length limit (``</s>``
   came late or never);
 * ``number``: the French number words differ (a wrong or badly formed number, including "un"/"une" after "et");
@@ -81,6 +83,16 @@ def _tokens(sentence: str | Sequence[str], name: str) -> list[str]:
     return list(sentence)
 
 
+def _same_slot(reference_word: str, hypothesis_word: str, lemmas: dict[str, str], numbers: frozenset[str]) -> bool:
+    """Whether the hypothesis has the reference's word in this place, possibly in another form or as another
+    number word (``petit`` for ``petits``, ``un`` for ``onze``)."""
+    if reference_word == hypothesis_word:
+        return True
+    if reference_word in lemmas and lemmas.get(hypothesis_word) == lemmas[reference_word]:
+        return True
+    return reference_word in numbers and hypothesis_word in numbers
+
+
 def classify_error(
     reference: str | Sequence[str], hypothesis: str | Sequence[str], max_len: int | None = None
 ) -> str | None:
@@ -93,6 +105,8 @@ def classify_error(
 
     >>> classify_error("le chien noir dort", "le chien noir")
     'early end'
+    >>> classify_error("quatre vingt onze petits chats dorment", "quatre vingt un petit")
+    'early end'
     >>> classify_error("la voiture noire dort", "la voiture noir dort")
     'agreement'
     """
@@ -101,7 +115,8 @@ def classify_error(
         raise ValueError(f"max_len must be a positive integer or None; got {max_len}")
     if ref == hyp:
         return None
-    if len(hyp) < len(ref) and ref[: len(hyp)] == hyp:
+    lemmas, numbers = _lemmas(), french_number_words()
+    if len(hyp) < len(ref) and all(_same_slot(r, h, lemmas, numbers) for r, h in zip(ref, hyp, strict=False)):
         return "early end"
     if (len(hyp) > len(ref) and hyp[: len(ref)] == ref) or (max_len is not None and len(hyp) >= max_len):
         return "no end"
@@ -109,7 +124,6 @@ def classify_error(
         return "number"
     if sorted(ref) == sorted(hyp):
         return "word order"
-    lemmas = _lemmas()
     if len(ref) == len(hyp) and all(
         r == h or (r in lemmas and lemmas.get(h) == lemmas[r]) for r, h in zip(ref, hyp, strict=True)
     ):
