@@ -37,22 +37,35 @@ def length_normalized(score: float, length: int, length_penalty: float) -> float
 
 
 def _extend(
-    alive: list[Hypothesis], totals: np.ndarray, beam_size: int, eos_id: int, finished: list[Hypothesis]
+    alive: list[Hypothesis],
+    totals: np.ndarray,
+    beam_size: int,
+    eos_id: int,
+    finished: list[Hypothesis],
+    step_trace: list[tuple[float, list[int], str]] | None = None,
 ) -> list[Hypothesis]:
     """One step of one sentence's search: the best extensions of ``alive`` by the scores ``totals``
     ``(beams, vocab)``. An extension ending with ``eos_id`` that ranks within the best ``beam_size`` goes to
-    ``finished`` (one ranked lower is dropped); the best ``beam_size`` others are returned as the next live beams."""
+    ``finished`` (one ranked lower is dropped); the best ``beam_size`` others are returned as the next live beams.
+    ``step_trace``, if given, receives every extension read, best first, as (score, tokens, what became of it)."""
     order = np.argsort(-totals, axis=None, kind="stable")
     alive_next: list[Hypothesis] = []
     for rank, flat in enumerate(order[: 2 * beam_size]):  # at most beam_size are </s>, so enough stay alive
         beam, token = divmod(int(flat), totals.shape[1])
         candidate = (float(totals[beam, token]), alive[beam][1] + [token])
         if token != eos_id:
-            alive_next.append(candidate)
-            if len(alive_next) == beam_size:
-                break
+            fate = "live" if len(alive_next) < beam_size else "dropped"
+            if fate == "live":
+                alive_next.append(candidate)
         elif rank < beam_size:  # an </s> worse than every live beam ends nothing
+            fate = "finished"
             finished.append(candidate)
+        else:
+            fate = "dropped"
+        if step_trace is not None:
+            step_trace.append((*candidate, fate))
+        if len(alive_next) == beam_size and step_trace is None:
+            break
     return alive_next
 
 
@@ -69,6 +82,7 @@ def beam_search_from_scores(
     beam_size: int = 4,
     max_len: int = 50,
     length_penalty: float = 0.6,
+    trace: list[list[tuple[float, list[int], str]]] | None = None,
 ) -> list[int]:
     """Beam search for one sentence, given a function that scores the next token of several prefixes at once.
 
@@ -84,6 +98,9 @@ def beam_search_from_scores(
         next_log_probs: ``prefixes (beams, steps)`` int array, starting with ``bos_id`` -> ``(beams, vocab)``
             log-probabilities of the next token.
         beam_size: how many prefixes to keep; 1 is greedy decoding.
+        trace: if a list, it receives one list per step: the ``2 * beam_size`` best extensions read at that step,
+            best first, as ``(summed log-probability, tokens from <s>, fate)`` with fate ``"live"`` (kept),
+            ``"finished"`` (an ``</s>`` within the best ``beam_size``) or ``"dropped"``.
 
     Returns:
         the best token ids after ``<s>``, ending with ``eos_id`` unless ``max_len`` was reached first.
@@ -91,7 +108,8 @@ def beam_search_from_scores(
     if beam_size < 1 or max_len < 1:
         raise ValueError(f"beam_size and max_len must be positive; got {beam_size} and {max_len}")
     return batch_beam_search_from_scores(
-        lambda prefixes, rows: next_log_probs(prefixes), 1, bos_id, eos_id, beam_size, max_len, length_penalty
+        lambda prefixes, rows: next_log_probs(prefixes), 1, bos_id, eos_id, beam_size, max_len, length_penalty,
+        trace=trace,
     )[0]
 
 
@@ -103,6 +121,7 @@ def batch_beam_search_from_scores(
     beam_size: int = 4,
     max_len: int = 50,
     length_penalty: float = 0.6,
+    trace: list[list[tuple[float, list[int], str]]] | None = None,
 ) -> list[list[int]]:
     """:func:`beam_search_from_scores` for ``batch_size`` sentences at once: one model call per step for all.
 
@@ -114,6 +133,7 @@ def batch_beam_search_from_scores(
         next_log_probs: ``(prefixes (n, steps) int array, rows (n,) int array)`` -> ``(n, vocab)`` next-token
             log-probabilities, where ``rows[i]`` is the sentence (0 to ``batch_size - 1``) prefix ``i`` belongs to.
         batch_size: number of sentences.
+        trace: as in :func:`beam_search_from_scores`, for a batch of one sentence.
 
     Returns:
         per sentence, the best token ids after ``<s>`` (see :func:`beam_search_from_scores`).
@@ -122,6 +142,8 @@ def batch_beam_search_from_scores(
         raise ValueError(
             f"batch_size, beam_size and max_len must be positive; got {batch_size}, {beam_size}, {max_len}"
         )
+    if trace is not None and batch_size != 1:
+        raise ValueError(f"trace records the search of one sentence; got batch_size={batch_size}")
     alive: list[list[Hypothesis]] = [[(0.0, [bos_id])] for _ in range(batch_size)]
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     done = [False] * batch_size
@@ -139,7 +161,10 @@ def batch_beam_search_from_scores(
             count = len(alive[b])
             totals = np.array([score for score, _ in alive[b]])[:, None] + log_probs[start : start + count]
             start += count
-            alive[b] = _extend(alive[b], totals, beam_size, eos_id, finished[b])
+            step_trace = None if trace is None else []
+            alive[b] = _extend(alive[b], totals, beam_size, eos_id, finished[b], step_trace)
+            if trace is not None:
+                trace.append(step_trace)
             done[b] = len(finished[b]) >= beam_size or not alive[b]
     # A sentence still open after max_len tokens: its live prefixes compete with its finished hypotheses.
     pools = [finished[b] if done[b] else finished[b] + alive[b] for b in range(batch_size)]

@@ -160,3 +160,42 @@ def test_pytorch_and_keras_find_the_same_tokens():
         keras_ids = keras_decoding.batch_beam_search(keras_model, src, 2, 3, beam_size=beam_size, max_len=10,
                                                      length_penalty=alpha)
         np.testing.assert_array_equal(torch_ids.numpy(), ops.convert_to_numpy(keras_ids))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_trace_records_the_search_without_changing_it(seed):
+    scorer = RandomScorer(vocab=7, seed=seed, sharpness=1.5)
+    trace = []
+    found = decoding.beam_search_from_scores(scorer, BOS, EOS, 3, 8, 0.6, trace=trace)
+    assert found == decoding.beam_search_from_scores(scorer, BOS, EOS, 3, 8, 0.6)
+    for step in trace:
+        scores = [score for score, _, _ in step]
+        assert len(step) == 6 and scores == sorted(scores, reverse=True)        # the best 2k, best first
+        fates = [fate for _, _, fate in step]
+        assert fates.count("live") == 3
+        assert all(rank < 3 for rank, (_, tokens, fate) in enumerate(step) if fate == "finished")
+        assert all(tokens[-1] == EOS for _, tokens, fate in step if fate == "finished")
+    finished = [(score, tokens) for step in trace for score, tokens, fate in step if fate == "finished"]
+    best = max(finished, key=lambda item: decoding.length_normalized(item[0], len(item[1]) - 1, 0.6))
+    assert len(finished) >= 3 or len(trace) == 8
+    if len(finished) >= 3:
+        assert best[1][1:] == found
+    with pytest.raises(ValueError, match="one sentence"):
+        decoding.batch_beam_search_from_scores(lambda p, r: scorer(p), 2, BOS, EOS, trace=[])
+
+
+def test_the_beam_tree_draws_every_candidate():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from companion import search_plots
+
+    scorer = RandomScorer(vocab=6, seed=1)
+    trace = []
+    found = decoding.beam_search_from_scores(scorer, BOS, EOS, 2, 6, 0.6, trace=trace)
+    ax = search_plots.beam_tree(trace, lambda i: f"w{i}", chosen=found)
+    labels = [t.get_text() for t in ax.texts]
+    assert len(labels) == 1 + sum(len(step) for step in trace)                # <s> and every candidate read
+    assert sum(label.count("(") for label in labels) == sum(f == "finished" for s in trace for *_, f in s)
+    with pytest.raises(ValueError, match="trace"):
+        search_plots.beam_tree([], str)
