@@ -164,16 +164,17 @@ def qkv_dataflow(d_model: int = 512, d_k: int = 64, d_v: int = 64, batch: int = 
     s = attention_shapes(d_model, d_k, d_v, batch, query_len, key_len)
     c = _Canvas.make(9.6, 5.6, (0, 12), (0, 7))
     q_from = "Y (queries' sequence)" if query_len != key_len else "X"
-    c.box(0.3, 0.3, 3.2, 0.5, q_from, "data")
-    c.box(6.0, 0.3, 3.2, 0.5, "X (keys' and values' sequence)" if query_len != key_len else "X", "data")
-    c.text(3.6, 0.55, shape_label(s["queries_in"], "batch query_len d_model"), size=FONT - 1, va="center",
-           color="#1a4f8a", family="monospace")
-    c.text(9.3, 0.55, shape_label(s["keys_in"], "batch key_len d_model"), size=FONT - 1, va="center",
-           color="#1a4f8a", family="monospace")
+    c.box(0.3, 0.45, 3.2, 0.5, q_from, "data")
+    c.box(6.0, 0.45, 3.2, 0.5, "X (keys' and values' sequence)" if query_len != key_len else "X", "data")
+    # Each input's shape under its own box, centred on it, so that no label runs into the other box.
+    c.text(1.9, 0.18, shape_label(s["queries_in"], "batch query_len d_model"), size=FONT - 1, va="center",
+           ha="center", color="#1a4f8a", family="monospace")
+    c.text(7.6, 0.18, shape_label(s["keys_in"], "batch key_len d_model"), size=FONT - 1, va="center",
+           ha="center", color="#1a4f8a", family="monospace")
     centres = {"Q": 1.9, "K": 5.6, "V": 9.2}
     for name, x in centres.items():
         source_x = 1.9 if name == "Q" else 7.6
-        c.arrow((source_x, 0.8), (x, 1.5))
+        c.arrow((source_x, 0.95), (x, 1.5))
         c.box(x - 1.0, 1.5, 2.0, 0.5, f"× W^{name}  ({name} projection)", "linear", size=FONT - 1)
     c.arrow((1.9, 2.0), (1.9, 2.9), "Q " + shape_label(s["q"], "batch query_len d_k"))
     c.arrow((5.6, 2.0), (5.6, 2.9), "K " + shape_label(s["k"], "batch key_len d_k"))
