@@ -48,6 +48,7 @@ COLOURS = {
     "data": "#eeeeee", "mask": "#f4c7c3",
 }
 FONT = 8
+RESIDUAL = "#c0392b"  # the residual path, in every diagram that draws it
 
 
 @dataclass
@@ -125,12 +126,23 @@ def transformer(config: Config | None = None, model: Any = None, batch: int = 2,
         c.arrow((centre, 1.9), (centre, 2.6), shape_label(s[f"{side}_embedded"], f"batch {side}_len d_model"))
         step = 0.8
         top = 2.6 + len(blocks) * step + 0.1
-        c.ax.add_patch(FancyBboxPatch((x - 0.15, 2.6), w + 0.3, top - 2.6, boxstyle="round,pad=0.05",
+        c.ax.add_patch(FancyBboxPatch((x - 0.3, 2.6), w + 0.6, top - 2.6, boxstyle="round,pad=0.05",
                                       facecolor="none", edgecolor="#777777", linestyle="--"))
         for i, (text, kind) in enumerate(blocks):
             c.box(x, 2.75 + i * step, w, 0.58, text, kind, size=small)
+        # The residual connections: each sublayer's input branches off below it, runs up beside the column (on the
+        # encoder's outer left, on the decoder's right, away from the memory's arrow) and enters its Add & Norm.
+        lane = x - 0.15 if side == "src" else x + w + 0.15
+        edge = x if side == "src" else x + w
+        for i, (_, kind) in enumerate(blocks):
+            if kind == "norm":
+                continue
+            branch_y, target_y = 2.75 + i * step - 0.11, 2.75 + (i + 1) * step + 0.29
+            c.ax.plot([centre, lane, lane], [branch_y, branch_y, target_y], color=RESIDUAL, linewidth=1.1)
+            c.ax.plot([centre], [branch_y], marker="o", markersize=2.5, color=RESIDUAL)
+            c.arrow((lane, target_y), (edge, target_y), colour=RESIDUAL)
         c.text(x, top + 0.12, "encoder layer" if side == "src" else "decoder layer", style="italic")
-        c.text(x - 0.3 if side == "src" else x + w + 0.3, (2.6 + top) / 2, f"× {config.num_layers}",
+        c.text(x - 0.45 if side == "src" else x + w + 0.45, (2.6 + top) / 2, f"× {config.num_layers}",
                size=FONT + 2, ha="right" if side == "src" else "left", va="center")
         tops[side] = top
     memory_y = tops["src"] + 0.7
@@ -149,6 +161,8 @@ def transformer(config: Config | None = None, model: Any = None, batch: int = 2,
     c.text(dec_x + w / 2, top + 1.62, "logits: softmax gives next-token probabilities", ha="center")
     c.text(0.1, 9.1, f"d_model = {config.d_model}, num_heads = {config.num_heads}, N = {config.num_layers}"
            + (", pre-LN" if config.norm_first else ", post-LN (the paper)"), size=FONT + 1)
+    c.text(0.1, 8.75, "red: residual connections, each sublayer's input added to its output in the Add & Norm above it",
+           size=FONT, color=RESIDUAL)
     return c.fig
 
 
@@ -282,9 +296,9 @@ def residual_wiring(d_model: int = 512, batch: int = 2, seq_len: int = 5) -> Fig
         c.arrow((x0 + 2.0, y), (x0 + 2.0, y + 0.5), "output " + label)
         # The residual path: from x around to the addition.
         c.ax.annotate("", xy=(x0 + 0.8, centres["add"]), xytext=(x0 + 0.8, 0.52),
-                      arrowprops={"arrowstyle": "-|>", "color": "#c0392b", "linewidth": 1.2,
+                      arrowprops={"arrowstyle": "-|>", "color": RESIDUAL, "linewidth": 1.2,
                                   "connectionstyle": "bar,fraction=-0.35"})
-        c.text(x0 - 0.1, (centres["add"] + 0.5) / 2, "residual", size=FONT - 1, color="#c0392b", ha="right",
+        c.text(x0 - 0.1, (centres["add"] + 0.5) / 2, "residual", size=FONT - 1, color=RESIDUAL, ha="right",
                rotation=90, va="center")
     c.text(0.4, 0.02, "red: the residual path; pre-LN keeps it free of LayerNorm (each pre-LN stack ends with one "
            "final LayerNorm)", size=FONT - 1)
