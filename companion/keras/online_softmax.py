@@ -1,6 +1,6 @@
-"""Attention block by block over the keys with a running maximum and sum (online softmax: Milakov &
-Gimelshein 2018; in blocks for attention, Rabe & Staats 2021; fused on the GPU by FlashAttention), in Keras 3 (same name and arguments in ``companion.torch.online_softmax``; the oracle and the
-derivation are in ``companion.reference.online_softmax``).
+"""Attention block by block over the keys with a running maximum and sum (online softmax: Milakov & Gimelshein 2018; in
+blocks for attention, Rabe & Staats 2021; fused on the GPU by FlashAttention), in Keras 3 (same name and arguments in
+``companion.torch.online_softmax``; the oracle and the derivation are in ``companion.reference.online_softmax``).
 
 Written with ordinary tensor operations it shows the algorithm and its memory, not the speed: the real kernel
 keeps each block in the fast on-chip memory of a GPU and fuses every step into one pass.

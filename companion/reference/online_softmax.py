@@ -1,5 +1,6 @@
-"""Attention computed block by block over the keys with a running maximum and sum (online softmax), the algorithm
-of Milakov & Gimelshein (2018) and Rabe & Staats (2021) that FlashAttention fuses into one GPU kernel, in NumPy (the oracle of ``companion.torch.online_softmax`` and ``companion.keras``'s twin).
+"""Attention computed block by block over the keys with a running maximum and sum (online softmax), the algorithm of
+Milakov & Gimelshein (2018) and Rabe & Staats (2021) that FlashAttention fuses into one GPU kernel, in NumPy (the
+oracle of ``companion.torch.online_softmax`` and ``companion.keras``'s twin).
 
 Plain attention builds the ``(query_len, key_len)`` matrix of scores, then its softmax. The online version never
 holds more than ``(query_len, block_size)`` scores: for each block of keys it updates, per query, the largest score
