@@ -7,8 +7,8 @@ first that matches names the error:
 * ``early end``: the hypothesis is shorter than the reference and, word for word, its beginning (a word may be
   another form of the right one, or another number word): it stops too soon (``</s>`` came early), whatever
   else it got wrong on the way;
-* ``no end``: the hypothesis starts with the whole reference and goes on, or fills the length limit (``</s>``
-  came late or never);
+* ``no end``: the hypothesis is longer than the reference and starts with it, word for word in the same sense,
+  or fills the length limit (``</s>`` came late or never);
 * ``number``: the French number words differ (a wrong or badly formed number, including "un"/"une" after "et");
 * ``word order``: the same words as the reference, in another order;
 * ``agreement``: the same length, and every wrong word is another form of the right one (gender, number, verb
@@ -116,9 +116,10 @@ def classify_error(
     if ref == hyp:
         return None
     lemmas, numbers = _lemmas(), french_number_words()
-    if len(hyp) < len(ref) and all(_same_slot(r, h, lemmas, numbers) for r, h in zip(ref, hyp, strict=False)):
+    same_start = all(_same_slot(r, h, lemmas, numbers) for r, h in zip(ref, hyp, strict=False))
+    if len(hyp) < len(ref) and same_start:
         return "early end"
-    if (len(hyp) > len(ref) and hyp[: len(ref)] == ref) or (max_len is not None and len(hyp) >= max_len):
+    if (len(hyp) > len(ref) and same_start) or (max_len is not None and len(hyp) >= max_len):
         return "no end"
     if number_spans(ref) != number_spans(hyp):
         return "number"

@@ -79,7 +79,9 @@ def top_p_mask(logits, p: float) -> np.ndarray:
     # How many to keep: the first position whose running sum reaches p, plus one. Rounding can leave the full sum
     # a hair under p = 1, hence the cap at the number of tokens with a non-zero probability.
     count = (running < p).sum(axis=-1) + 1
-    count = np.minimum(count, (probs > 0).sum(axis=-1))
+    nonzero = (probs > 0).sum(axis=-1)
+    # p = 1 keeps every token: the running sum can reach 1.0 in float64 before a tail of tiny probabilities.
+    count = nonzero if p >= 1 else np.minimum(count, nonzero)
     keep_sorted = np.arange(logits.shape[1])[None, :] < count[:, None]
     keep = np.zeros(logits.shape, dtype=bool)
     np.put_along_axis(keep, order, keep_sorted, axis=-1)
