@@ -76,7 +76,7 @@ def beam_tree(
                     zorder=2)
     handles = [plt.Line2D([], [], color=s["color"], linestyle=s["linestyle"], linewidth=2, label=s["label"])
                for s in FATE_STYLE.values()]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, fontsize=9, frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=9, frameon=False)
     ax.set_xlim(-0.6, len(trace) + 0.6)
     ax.set_ylim(-0.7, rows - 0.3)
     ax.set_xticks(np.arange(len(trace) + 1), ["<s>"] + [f"step {i}" for i in range(1, len(trace) + 1)], fontsize=9)
