@@ -49,7 +49,8 @@ class AddNorm(keras.layers.Layer):
 
     Post-LN (the paper, ``norm_first=False``): ``LayerNorm(x + Dropout(sublayer(x)))``.
     Pre-LN (``norm_first=True``): ``x + Dropout(sublayer(LayerNorm(x)))``. Pre-LN leaves the residual path
-    untouched from input to output, which makes deep stacks easier to train without a warm-up; a pre-LN stack
+    untouched from input to output, which makes deep stacks easier to train (Xiong et al. 2020 trained them without
+    a warm-up in their settings; GPT-3 and Llama still warm up); a pre-LN stack
     needs one final LayerNorm (see ``Encoder``).
 
     Args:
