@@ -6,8 +6,8 @@ and call the search here, so both frameworks search the same way and give the sa
 The search is the one of fairseq and of Hugging Face's ``generate(num_beams=k, early_stopping=True)``:
 
 * each step ranks every extension of the ``k`` live prefixes by summed log-probability and reads the best ``2k``;
-* an extension that ends with ``</s>`` is finished only if it ranks among the best ``k`` (an ``</s>`` ranked below
-  every live beam is dropped, so it can neither end the search nor be chosen);
+* an extension that ends with ``</s>`` is finished only if it ranks among the best ``k`` (an ``</s>`` ranked lower
+  is dropped, so it can neither end the search nor be chosen);
 * the other extensions, best first, refill the ``k`` live beams (``2k`` candidates hold at least ``k`` of them);
 * a sentence's search stops once ``k`` hypotheses have finished, or after ``max_len`` tokens, when the live beams
   join the finished ones;
@@ -57,7 +57,7 @@ def _extend(
             fate = "live" if len(alive_next) < beam_size else "dropped"
             if fate == "live":
                 alive_next.append(candidate)
-        elif rank < beam_size:  # an </s> worse than every live beam ends nothing
+        elif rank < beam_size:  # an </s> ranked below the best beam_size finishes nothing
             fate = "finished"
             finished.append(candidate)
         else:
