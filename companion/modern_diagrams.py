@@ -1,4 +1,5 @@
-"""Chapter 9's diagram: a GPT-2 block next to a Llama-style block, with computed shapes (framework-free).
+"""Chapter 9's diagram: chapter 8's GPT block (GPT-2 layout) next to a Llama-style block, with computed shapes
+(framework-free).
 
 As in :mod:`companion.diagrams`, every shape written on the figure is computed by running the NumPy oracle
 (``companion.reference``) on zero arrays of the configured sizes (zero strides, so a large model costs no memory).
@@ -11,7 +12,7 @@ from matplotlib.figure import Figure
 
 from companion import reference
 from companion.diagram_shapes import shape_label
-from companion.diagrams import FONT, _Canvas
+from companion.diagrams import FONT, RESIDUAL, _Canvas
 
 __all__ = ["block_comparison", "block_shapes"]
 
@@ -61,40 +62,54 @@ def block_shapes(d_model: int = 512, num_heads: int = 8, num_kv_heads: int = 2, 
 
 def block_comparison(d_model: int = 512, num_heads: int = 8, num_kv_heads: int = 2, d_ff: int = 1376,
                      batch: int = 2, seq_len: int = 5) -> Figure:
-    """Chapter 8's pre-LN GPT-2 block (left) and chapter 9's Llama-style block (right), bottom to top, with the
-    shapes of each step and of the key/value cache each block keeps."""
+    """Chapter 8's GPT block (GPT-2's pre-LN layout, with the course's ReLU feed-forward; left) and chapter 9's
+    Llama-style block (right), bottom to top, with the shapes of each step, the two residual connections drawn as
+    paths that bypass each norm and sublayer, and the key/value cache each block keeps."""
     s = block_shapes(d_model, num_heads, num_kv_heads, d_ff, batch, seq_len)
     x_label = shape_label(s["input"], "batch seq_len d_model")
-    c = _Canvas.make(10.4, 6.2, (0, 13), (0, 7.6))
+    c = _Canvas.make(10.4, 6.4, (0, 13), (0, 8.0))
+    residual = "+ (residual)"  # both additions carry the same label: each adds the block's running x
     columns = [
-        (0.3, "GPT-2 (chapter 8)", "token + learned position", [
+        (0.3, "Chapter 8's GPT (GPT-2 layout)", "token + learned position", [
             ("LayerNorm", "norm", shape_label(s["layer_norm"], None)),
             (f"multi-head attention, {num_heads} heads", "attention", shape_label(s["gpt_attention"], None)),
-            ("+ x (residual)", "data", x_label),
+            (residual, "data", x_label),
             ("LayerNorm", "norm", shape_label(s["layer_norm"], None)),
             (f"ReLU feed-forward, hidden {s['gpt_hidden'][-1]}", "ffn", shape_label(s["gpt_ffn"], None)),
-            ("+ (residual)", "data", x_label),
+            (residual, "data", x_label),
         ], shape_label(s["gpt_kv"], "batch heads seq_len d_head")),
-        (6.8, "Llama-style (chapter 9)", "token only (no position vector)", [
+        (6.8, "Llama-style decoder (chapter 9)", "token only (no position vector)", [
             ("RMSNorm", "norm", shape_label(s["rms_norm"], None)),
             (f"grouped-query attention, RoPE on q and k, {num_heads} q / {num_kv_heads} kv heads", "attention",
              shape_label(s["modern_attention"], None)),
-            ("+ x (residual)", "data", x_label),
+            (residual, "data", x_label),
             ("RMSNorm", "norm", shape_label(s["rms_norm"], None)),
             (f"SwiGLU, hidden {s['swiglu_hidden'][-1]}, no biases", "ffn", shape_label(s["swiglu"], None)),
-            ("+ (residual)", "data", x_label),
+            (residual, "data", x_label),
         ], shape_label(s["modern_kv"], "batch kv_heads seq_len d_head")),
     ]
+    box_x, box_w, centre, lane = 0.6, 4.6, 2.9, 0.3  # offsets from the column's left edge
     for x0, title, source, steps, cache in columns:
-        c.text(x0, 7.25, title, size=FONT + 1, weight="bold")
-        c.box(x0 + 0.4, 0.25, 4.8, 0.45, source, "embed")
+        c.text(x0, 7.65, title, size=FONT + 1, weight="bold")
+        c.box(x0 + box_x, 0.25, box_w, 0.45, source, "embed")
         y, label = 0.7, x_label  # each arrow carries the shape of what the box below it produced
+        branch = None  # where the running x leaves the main path for the next addition
         for text, kind, output in steps:
-            c.arrow((x0 + 2.8, y), (x0 + 2.8, y + 0.45), label)
-            c.box(x0 + 0.4, y + 0.45, 4.8, 0.5, text, kind, size=FONT - (1 if len(text) > 40 else 0))
+            c.arrow((x0 + centre, y), (x0 + centre, y + 0.45), label)
+            if branch is None:
+                branch = y + 0.15
+            c.box(x0 + box_x, y + 0.45, box_w, 0.5, text, kind, size=FONT - (1 if len(text) > 40 else 0))
+            if text == residual:  # the bypass: from the branch point around the norm and sublayer into the "+"
+                add_y = y + 0.7
+                c.ax.plot([x0 + centre, x0 + lane, x0 + lane], [branch, branch, add_y], color=RESIDUAL,
+                          linewidth=1.1)
+                c.ax.plot([x0 + centre], [branch], marker="o", markersize=3, color=RESIDUAL)
+                c.arrow((x0 + lane, add_y), (x0 + box_x, add_y), colour=RESIDUAL)
+                branch = None
             y, label = y + 0.95, output
-        c.text(x0 + 0.4, y + 0.15, f"cache per block: k and v, each {cache}", size=FONT - 1, color="#1a4f8a",
+        c.arrow((x0 + centre, y), (x0 + centre, y + 0.35), label)
+        c.text(x0 + box_x, y + 0.5, f"cache per block: k and v, each\n{cache}", size=FONT - 1, color="#1a4f8a",
                family="monospace")
-    c.text(0.3, 0.02, "shapes computed by the NumPy oracle; each block is repeated num_layers times, then a final norm",
-           size=FONT - 1)
+    c.text(0.3, 0.02, "shapes computed by the NumPy oracle; red: the residual path, x added to each sublayer's "
+           "output; each block is repeated num_layers times, then a final norm", size=FONT - 1)
     return c.fig

@@ -216,6 +216,18 @@ def test_sliding_window_mask_in_the_course_convention(window):
         ct.sliding_window_mask(7, 0)
 
 
+def test_the_reach_of_stacked_windows_grows_by_window_minus_one_per_layer():
+    """The chapter's statement: with the course's window of W positions (itself included), L layers reach
+    L (W - 1) positions back."""
+    length = 30
+    for window in (2, 3, 5):
+        one_layer = as_numpy(ct.sliding_window_mask(length, window))[0, 0].astype(np.int64)
+        reach = np.eye(length, dtype=np.int64)
+        for layers in range(1, 5):
+            reach = np.minimum(one_layer @ reach, 1)
+            assert length - 1 - reach[-1].nonzero()[0].min() == layers * (window - 1)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Grouped-query attention and its cache
 # ---------------------------------------------------------------------------------------------------------------
@@ -339,3 +351,25 @@ def test_online_softmax_attention_rejects_bad_input(framework):
         fn(q, q, q, block_size=0)
     with pytest.raises(ValueError, match="d_k=4"):
         fn(q, wrap(np.zeros((1, 3, 5), "float32")), q)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The chapter's block diagram
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_the_block_diagram_draws_each_residual_path_around_its_sublayer():
+    from matplotlib.colors import same_color
+
+    from companion.diagrams import RESIDUAL
+    from companion.modern_diagrams import block_comparison
+
+    ax = block_comparison().axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert "Chapter 8's GPT (GPT-2 layout)" in texts and "ReLU feed-forward, hidden 2048" in texts
+    assert texts.count("+ (residual)") == 4  # one label for every addition, two per block
+    bypasses = [line for line in ax.lines if same_color(line.get_color(), RESIDUAL) and len(line.get_xdata()) == 3]
+    assert len(bypasses) == 4
+    for line in bypasses:  # from the main path out to the left, then up: around a norm and a sublayer
+        x, y = line.get_xdata(), line.get_ydata()
+        assert x[0] > x[1] == x[2] and y[0] == y[1] < y[2] - 1.5

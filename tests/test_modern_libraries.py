@@ -1,7 +1,8 @@
 """Chapter 9's blocks against libraries written elsewhere: ``torch.nn.RMSNorm``, PyTorch's fused attention with
-``enable_gqa=True``, Keras Hub's ``RotaryEmbedding`` and ``RMSNormalization``, and the whole ModernDecoder against
-Hugging Face ``transformers``' ``LlamaForCausalLM`` built from a small ``LlamaConfig`` with random weights (nothing
-is downloaded). Keras Hub and transformers are test dependencies: without them those tests are skipped."""
+``enable_gqa=True``, Keras Hub's ``RotaryEmbedding`` and ``RMSNormalization``, the sliding-window mask against
+``transformers``' mask functions, and the whole ModernDecoder against Hugging Face ``transformers``'
+``LlamaForCausalLM`` and, with a window, ``MistralForCausalLM``, built from small configurations with random weights
+(nothing is downloaded). Keras Hub and transformers are test dependencies: without them those tests are skipped."""
 
 import numpy as np
 import pytest
@@ -194,3 +195,60 @@ def test_the_cache_equals_llama_past_key_values(llama):
         assert tuple(layer.keys.shape) == tuple(k.shape) == (2, NUM_KV_HEADS, 8, D_MODEL // NUM_HEADS)
         torch.testing.assert_close(k, layer.keys, atol=ATOL, rtol=0)  # keys stored rotated, as here
         torch.testing.assert_close(v, layer.values, atol=ATOL, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hugging Face transformers: the sliding window (MistralForCausalLM)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [1, 3, 20])
+@pytest.mark.parametrize("past", [0, 4])
+def test_sliding_window_mask_equals_transformers_mask(window, past):
+    """The course's window of W positions, the query's own included, is transformers' ``sliding_window_overlay``
+    (``kv_idx > q_idx - sliding_window``) on its causal mask; the rows after a cache of ``past`` positions too."""
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    length = 9
+    theirs = masking_utils.sdpa_mask(batch_size=1, q_length=length - past, kv_length=length, q_offset=past,
+                                     mask_function=masking_utils.sliding_window_causal_mask_function(window),
+                                     allow_is_causal_skip=False)
+    assert tuple(theirs.shape) == (1, 1, length - past, length)
+    np.testing.assert_array_equal(as_numpy(ct.sliding_window_mask(length, window)[:, :, past:]), theirs.numpy())
+    np.testing.assert_array_equal(as_numpy(ck.sliding_window_mask(length, window))[:, :, past:], theirs.numpy())
+
+
+def test_modern_decoder_with_a_window_equals_mistral_for_causal_lm():
+    """A ``ModernDecoder`` with ``window=3`` is transformers' Mistral with ``sliding_window=3`` (the weights have
+    Llama's names); with the Mistral paper's count, one position more, the logits differ."""
+    transformers = pytest.importorskip("transformers")
+    window = 3
+    config = transformers.MistralConfig(
+        vocab_size=VOCAB, hidden_size=D_MODEL, intermediate_size=D_FF, num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS, num_key_value_heads=NUM_KV_HEADS, max_position_embeddings=MAX_LEN,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, sliding_window=window,
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    torch.manual_seed(1)
+    hf = transformers.MistralForCausalLM(config).eval()
+    with torch.no_grad():
+        hf.model.embed_tokens.weight.mul_(20.0)  # logits of order 1, so that a wrong window shows
+        hf.lm_head.weight.mul_(20.0)
+        expected = hf(torch.as_tensor(IDS)).logits.numpy()
+    assert IDS.shape[1] > window + 1 and np.abs(expected).max() > 1
+    theirs = dict(hf.named_parameters())
+    logits = {}
+    for ours_window in (window, window + 1):
+        ours = ct.ModernDecoder(VOCAB, D_MODEL, NUM_HEADS, NUM_KV_HEADS, NUM_LAYERS, D_FF, MAX_LEN, window=ours_window,
+                                eps=1e-6, tie_weights=False).eval()
+        with torch.no_grad():
+            for name, p in ours.named_parameters():
+                p.copy_(theirs[llama_names(NUM_LAYERS)[name]])
+            logits[ours_window] = as_numpy(ours(torch.as_tensor(IDS)))
+        if ours_window == window:
+            twin = ck.ModernDecoder(VOCAB, D_MODEL, NUM_HEADS, NUM_KV_HEADS, NUM_LAYERS, D_FF, MAX_LEN, window=window,
+                                    eps=1e-6, tie_weights=False)
+            twin(IDS)
+            copy_weights(ours, twin)
+            np.testing.assert_allclose(as_numpy(twin(IDS)), expected, atol=ATOL)
+    np.testing.assert_allclose(logits[window], expected, atol=ATOL)
+    assert np.abs(logits[window + 1] - expected).max() > 100 * ATOL

@@ -51,7 +51,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al., 2021) in the half-split layout of Llama and Hugging Face.
+    """Rotary position embedding (Su et al., 2021) in the half-split layout of GPT-NeoX, Hugging Face transformers
+    and Keras Hub.
 
     The pair ``(x_i, x_{i + head_dim/2})`` of a query or key at position ``p`` is turned by the angle
     ``p * base**(-2i / head_dim)``. A rotation preserves lengths, and the dot product of two vectors rotated by
@@ -130,8 +131,10 @@ class SwiGLU(nn.Module):
 def sliding_window_mask(length: int, window: int, device: torch.device | str | None = None) -> torch.Tensor:
     """bool ``(1, 1, length, length)``: query ``i`` may attend to keys ``i - window + 1 .. i`` (True = may attend).
 
-    With a key/value cache of ``past`` positions, the rows of the new positions are ``mask[:, :, past:]``, as with
-    ``causal_mask``. ``window >= length`` gives the causal mask.
+    The window holds ``window`` positions, the query's own included, as in Hugging Face transformers (its
+    ``sliding_window_overlay``: ``kv_idx > q_idx - sliding_window``); the Mistral 7B paper and reference code let
+    position ``i`` see ``i - window .. i``, one position more. With a key/value cache of ``past`` positions, the rows of
+    the new positions are ``mask[:, :, past:]``, as with ``causal_mask``. ``window >= length`` gives the causal mask.
     """
     if window < 1:
         raise ValueError(f"window must be a positive integer; got {window}")
