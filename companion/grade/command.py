@@ -17,6 +17,7 @@ from . import report as reports
 from .launcher import DEFAULT_MEMORY
 from .results import clean_text
 from .runner import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, grade
+from .steps import stalled_checks
 
 EPILOG = """\
 The chapter of a notebook is its file name without extension (exercises/02_attention.md is chapter
@@ -154,4 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         reports.write_json(result, args.json)
     print(reports.summary(result))
-    return 0 if result.ok else 1
+    code = 0 if result.ok else 1
+    if stalled_checks():
+        # A checker the watchdog gave up is still stuck in C code (a math library's lock or spin): the reports are
+        # written, and ending the interpreter normally could wait on that thread's locks for ever.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

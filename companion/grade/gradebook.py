@@ -212,7 +212,8 @@ class StudentGrades:
         for chapter in sorted(handed_in):
             if all(g.reason == "missing" for g in self.grades if g.chapter == chapter):
                 parts.append(f"{chapter}: no answer is defined (is it the exercise notebook?)")
-        parts += [f"{g.exercise}: {g.message}" for g in self.grades if g.reason in ("timeout", "crash", "tampered")]
+        parts += [f"{g.exercise}: {g.message}" for g in self.grades
+                  if g.reason in ("timeout", "crash", "stalled", "tampered")]
         return "; ".join(parts)
 
     @property

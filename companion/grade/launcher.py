@@ -12,19 +12,23 @@ system do not exist there. This holds whether the grader runs as root or not. Wh
 bubblewrap is missing or cannot start (no user namespaces), the process runs without it and the reports say
 ``sandbox: off``; everything below still holds.
 
-Limits, set before the process starts and inherited by whatever it starts: address space (``--memory``), CPU
-time, file size, no core files, and a process count (a ``pids`` cgroup when the grader may create one, else
-``RLIMIT_NPROC`` above the user's current count). The process leads its own session; the grader is a child
-subreaper (``PR_SET_CHILD_SUBREAPER``), so a process that detaches (``setsid``, double fork) is re-parented to the
-grader rather than to init, and :meth:`Child.kill` ends the session, the cgroup, the pid namespace and every
-re-parented descendant, and waits for them, before the grader writes a verdict.
+Limits, set before the process runs anything of the sandbox's and inherited by whatever it starts: address space
+(``--memory``), CPU time, file size, no core files, and a process count (a ``pids`` cgroup when the grader may
+create one, else ``RLIMIT_NPROC`` above the user's current count). They are set by :mod:`.rlimits`, a small program
+exec'd first, rather than by ``preexec_fn``, so the process is started with ``vfork()`` and no library's fork
+handler runs in this multi-threaded process (issue #36: OpenBLAS's froze a checker thread for good).
+
+The process leads its own session; the grader is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a process that
+detaches (``setsid``, double fork) is re-parented to the grader rather than to init, and :meth:`Child.kill` ends the
+session, the cgroup, the pid namespace and every re-parented descendant, and waits for them, before the grader
+writes a verdict.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -48,6 +52,8 @@ from .bubblewrap import (
 from .sandbox.processes import children_of
 from .seccomp import filter_fd
 
+#: The program that sets a student process's limits and then execs it (see its docstring for why).
+RLIMITS_PROGRAM = Path(__file__).with_name("rlimits.py")
 #: Processes the student's code may have at once (its own included).
 MAX_PROCESSES = 64
 _PR_SET_CHILD_SUBREAPER = 36
@@ -94,12 +100,6 @@ class _Cgroup:
                     (base / name).rmdir()
                 except OSError:
                     pass
-
-    def join(self) -> None:
-        """Called in the child before exec: move itself into the cgroup."""
-        if self.path is not None:
-            with open(self.path / "cgroup.procs", "w", encoding="ascii") as file:
-                file.write(str(os.getpid()))
 
     def kill_all(self) -> None:
         if self.path is None:
@@ -210,24 +210,26 @@ class Child(OutputTail):
         command = [*bwrap_command(notebook, limits.memory or DEFAULT_MEMORY, seccomp_fd, shared), *program] if sandbox \
             else program
         first = notebook if isinstance(notebook, Path) or notebook is None else (notebook[0] if notebook else None)
-        cgroup = self.cgroup
 
-        def prepare() -> None:  # runs in the new process, before exec
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if limits.memory:
-                resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
-            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
-            if nproc is not None:
-                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-            cgroup.join()
-
+        # The limits are set by a small program exec'd first (rlimits.py), not by preexec_fn: without preexec_fn
+        # CPython starts the process with vfork(), which runs no fork handler in this multi-threaded process (a
+        # fork() here shut OpenBLAS's thread pool down under a checker inside a matrix product: issue #36).
+        rlimits = [["RLIMIT_CORE", 0, 0]]
+        if limits.memory:
+            rlimits.append(["RLIMIT_AS", limits.memory, limits.memory])
+        rlimits += [["RLIMIT_CPU", limits.cpu_seconds, limits.cpu_seconds + 5],
+                    ["RLIMIT_FSIZE", MAX_FILE_BYTES, MAX_FILE_BYTES]]
+        if nproc is not None:
+            rlimits.append(["RLIMIT_NPROC", nproc, nproc])
+        cgroup = self.cgroup.path
+        wrapper = [sys.executable, "-I", "-S", str(RLIMITS_PROGRAM),
+                   json.dumps({"rlimits": rlimits, "cgroup": str(cgroup) if cgroup is not None else None})]
         env = child_environment()
         _SPAWN.acquire()
         try:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=passed,
-                start_new_session=True, preexec_fn=prepare, env=env, close_fds=True,
+                [*wrapper, *command], stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=passed,
+                start_new_session=True, env=env, close_fds=True,
                 cwd=str(first.resolve().parent) if (first is not None and not sandbox) else None,
             )
             _LIVE.add(self.process.pid)

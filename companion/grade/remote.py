@@ -13,6 +13,7 @@ Nothing here runs the student's code or unpickles what it sent.
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 import time
 from typing import Any
@@ -141,6 +142,7 @@ class Session:
         self.shortcuts: list[str] = []
         self.monitoring_off = False
         self.calls = 0
+        self.abandoned = False
 
     # -- values -------------------------------------------------------------------------------------------------
 
@@ -183,20 +185,44 @@ class Session:
     # -- requests -----------------------------------------------------------------------------------------------
 
     def send(self, header: dict, buffers: list[bytes] | None = None) -> None:
+        self._refuse_if_abandoned()
         try:
             P.write_message(self.child.to_child, header, buffers)
         except P.ChannelClosed:
+            self._refuse_if_abandoned()
             raise SandboxLost("crash", self.child.exit_description()) from None
 
     def receive(self) -> tuple[dict, list[bytes]]:
+        self._refuse_if_abandoned()
         try:
             return self.reader.read(self.deadline)
         except P.ChannelTimeout:
             raise SandboxLost("timeout", "time limit") from None
         except P.ChannelClosed:
+            self._refuse_if_abandoned()  # no question to the zygote from a thread that was given up
             raise SandboxLost("crash", self.child.exit_description()) from None
         except P.ProtocolError as error:
             raise SandboxLost("protocol", str(error)) from None
+
+    def _refuse_if_abandoned(self) -> None:
+        if self.abandoned:
+            raise SandboxLost("timeout", "the check was given up")
+
+    def abandon(self) -> None:
+        """The check using this session stalled in this process and its thread is left behind (see
+        :func:`companion.grade.steps._watched_check`): its requests fail from now on. Its pipes are pointed at
+        ``/dev/null`` and never closed, so a pipe made later for another notebook cannot get their numbers while
+        that thread may still write to or read from them."""
+        self.abandoned = True
+        child = self.child
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            for fd in (child.to_child, child.from_child):
+                if fd >= 0:
+                    os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
+        child.to_child = child.from_child = -1  # Child.kill / Forked.kill leave them open
 
     def raw(self, op: str, **fields: Any) -> tuple[dict, list[bytes]]:
         """Send one request with plain JSON fields; return the reply (serving callbacks meanwhile)."""

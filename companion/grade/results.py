@@ -16,6 +16,8 @@ REASONS = {
     "error": "the check could not use the answer",
     "timeout": "the check did not finish in time",
     "crash": "the grading process died while checking",
+    "stalled": "the check made no progress in the grader's own process and was given up (the grader's fault, "
+               "unless the answer returned something enormous)",
     "shortcut": "the answer reaches the course's or the framework's own implementation of the exercise",
     "hidden": "an instructor's extra check failed",
     "missing-notebook": "the chapter's notebook is missing (or was renamed)",

@@ -4,11 +4,16 @@ A student process for the notebook is forked from its folder's zygote (:mod:`com
 sent ``hello``; then each loadable cell is loaded and each pending exercise checked, every step with its own time
 limit. A step that runs out of time or kills the process fails alone (:func:`_step_lost` words the verdict); the
 process and everything it started are ended and a fresh one, forked again, carries on with the remaining steps.
-The checkers run here, in the trusted process (:func:`_check`).
+The checkers run here, in the trusted process (:func:`_check`), each in a thread of its own under a watchdog
+(:func:`_watched_check`): a check still running :data:`STALL_GRACE` seconds after its step's time limit has stalled
+in this process (nothing the student's process does can keep it past that limit), so it fails with reason
+``stalled``, is left behind, and a fresh student process goes on with the notebook's other exercises.
 """
 
 from __future__ import annotations
 
+import ctypes
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +36,27 @@ STARTUP_TIMEOUT = 600.0
 #: Characters of printed output kept per step (the rest is counted, not kept).
 DEFAULT_OUTPUT_LIMIT = 4000
 HIDDEN_FAILED = "hidden check failed"
+#: Seconds a check may still run in the trusted process after its step's time limit before the watchdog gives it
+#: up. Waiting on the student's process ends at that limit; only the grader's own computation can run on.
+STALL_GRACE = 30.0
+
+#: Checker threads given up by the watchdog and still alive (stuck in C code, e.g. a math library): the process
+#: must not wait for them at exit (:func:`stalled_checks`).
+_STALLED: list[threading.Thread] = []
+
+
+class CheckStalled(Exception):  # noqa: N818 - an event, not an error of the caller's
+    """A check made no progress in the trusted process; it has failed with reason ``stalled``."""
+
+
+class _Abandoned(BaseException):  # noqa: N818 - not an Exception: a checker's ``except Exception`` must not catch it
+    """Raised in a checker thread that the watchdog gave up, should it ever run Python code again."""
+
+
+def stalled_checks() -> int:
+    """How many checker threads the watchdog gave up that are still running (stuck) in this process."""
+    _STALLED[:] = [thread for thread in _STALLED if thread.is_alive()]
+    return len(_STALLED)
 
 
 @dataclass
@@ -109,9 +135,11 @@ def grade_job(job: Job, options: Options, zygotes: Zygotes) -> None:
                 job.cell_loaded(cell.number, [str(p) for p in problems] if isinstance(problems, list) else [])
             while job.pending:
                 step = ("exercise", job.pending[0])
-                _check(session, job, job.pending[0], options)
+                _watched_check(session, job, job.pending[0], options)
         except SandboxLost as lost:
             _step_lost(job, step, lost, child, options)
+        except CheckStalled:
+            pass  # that exercise failed; a fresh student process goes on with the others
         finally:
             session.close()
 
@@ -148,19 +176,70 @@ def _step_lost(job: Job, step: tuple[str, Any], lost: SandboxLost, child: Forked
                                          f"interpreter?{tail}")
 
 
-def _check(session: Session, job: Job, item: Exercise, options: Options) -> None:
+def _watched_check(session: Session, job: Job, item: Exercise, options: Options) -> None:
+    """Check ``item`` in a thread of its own and record its verdict; give the check up when it stalls.
+
+    The step's time limit bounds every wait on the student's process, so a check still running
+    :data:`STALL_GRACE` seconds after it is stuck in this process (issue #36: a checker livelocked inside
+    OpenBLAS). It then fails with reason ``stalled`` and :class:`CheckStalled` is raised, after the session has
+    been abandoned (:meth:`Session.abandon`), so the caller ends the student process and goes on without it.
+    """
     session.start_step(options.seconds(options.timeout))
+    started = time.monotonic()
+    outcome: list[tuple[bool, Any]] = []
+
+    def work() -> None:
+        try:
+            outcome.append((True, _check(session, job, item, options)))
+        except BaseException as error:  # noqa: BLE001 - handed to the grading thread, which re-raises it
+            outcome.append((False, error))
+
+    thread = threading.Thread(target=work, name=f"companion-grade-check-{item.id}", daemon=True)
+    thread.start()
+    thread.join(max((session.deadline or started) - time.monotonic(), 0.0) + STALL_GRACE)
+    if thread.is_alive() or not outcome:
+        session.abandon()
+        _give_up(thread)
+        job.exercise_failed("stalled", _stall_message(item, options, time.monotonic() - started),
+                            time.monotonic() - started)
+        raise CheckStalled(item.id)
+    finished, value = outcome[0]
+    if not finished:
+        raise value
+    job.exercise_done(*value)
+
+
+def _stall_message(item: Exercise, options: Options, seconds: float) -> str:
+    return (f"the grader stalled: its check of `{item.symbol}` was still running in the grader's own process "
+            f"{seconds:.0f} s after it started, {STALL_GRACE:g} s past the check's time limit ({options.timeout:g} s), "
+            "with nothing left to wait for from your code's process; the check was given up and counts as failed, "
+            "and the other exercises were graded. Unless your code returns something enormous, this is a fault of "
+            "the grader: ask for this exercise to be graded again")
+
+
+def _give_up(thread: threading.Thread) -> None:
+    """Leave a stalled checker thread behind: it ends at its next line of Python, if it ever gets there."""
+    _STALLED.append(thread)
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Abandoned))
+
+
+Verdict = tuple[str, str, str, float, str, int, list]
+
+
+def _check(session: Session, job: Job, item: Exercise, options: Options) -> Verdict:
+    """The verdict on ``item`` (the arguments of :meth:`Job.exercise_done`); it records nothing itself, since it
+    runs in a thread that the watchdog may give up."""
     session.raw("arm", names=list(item.shortcuts), track=item.track)
     reply, data = session.raw("lookup", name=item.symbol)
     if reply.get("missing"):
-        job.exercise_failed("missing", f"define `{item.symbol}`: the notebook has no function or class of that name")
-        return
+        return (FAILED, "missing", f"define `{item.symbol}`: the notebook has no function or class of that name",
+                0.0, "", 0, [])
     answer = session.value(reply, data)
     found = find_shortcuts([c for c in job.loadable()], item.symbol, tuple(item.shortcuts))
     if found:
-        job.exercise_failed("shortcut", f"`{item.symbol}` reaches {', '.join(found)}: this exercise asks you to "
-                                        "write it yourself")
-        return
+        return (FAILED, "shortcut", f"`{item.symbol}` reaches {', '.join(found)}: this exercise asks you to write it "
+                                    "yourself", 0.0, "", 0, [])
     start = time.perf_counter()
     reason, message, parts = _run_checker(item.checker, answer)
     if session.shortcuts:
@@ -176,8 +255,8 @@ def _check(session: Session, job: Job, item: Exercise, options: Options) -> None
                 reason, message = "hidden", HIDDEN_FAILED + (
                     "" if extra_reason == "wrong" else " (your code raised an exception on a hidden case)")
                 break
-    job.exercise_done(PASSED if reason == "ok" else FAILED, reason, message, time.perf_counter() - start,
-                      session.output_text(), session.output_chars, parts if reason == "wrong" else [])
+    return (PASSED if reason == "ok" else FAILED, reason, message, time.perf_counter() - start,
+            session.output_text(), session.output_chars, parts if reason == "wrong" else [])
 
 
 def _run_checker(checker: Callable[[Any], None], answer: Any) -> tuple[str, str, list[list]]:
