@@ -9,7 +9,11 @@ where                                                 True / 1 means  from our m
 ``companion`` (torch, keras, reference)               may attend      ``mask``
 ``keras.layers.MultiHeadAttention``                   may attend      ``to_keras_mha_mask(mask)``
 ``keras.ops.dot_product_attention``                   may attend      ``mask`` (heads on axis 2 there)
-``torch.nn.MultiheadAttention``                       blocked         ``~mask``
+``torch.nn.MultiheadAttention``                       blocked         ``~mask``, then reshaped (``[:, 0, 0]`` for
+                                                                      ``key_padding_mask``, ``[0, 0]`` for a causal
+                                                                      ``attn_mask``, ``[:, 0]`` repeated
+                                                                      ``num_heads`` times along axis 0 for a
+                                                                      per-example one)
 additive masks of source document 004                 blocked         ``1 - mask``, times -1e9, added
 boolean masks of source document 003                  blocked         ``~mask``, filled with -inf
 ====================================================  ==============  ======================================
@@ -76,5 +80,14 @@ def to_keras_mha_mask(mask):
 
 
 def to_additive_mask(mask, dtype="float32"):
-    """Our mask -> a float mask to *add* to the scores: 0 where allowed, the dtype's most negative value where not."""
+    """Our mask -> a float mask to *add* to the scores: 0 where allowed, the dtype's most negative value where not.
+
+    Adding is safe when this mask is the only one added and the scores are float32 or bfloat16: the sum overflows
+    only for a score below about -1e31 (float32) or -1e36 (bfloat16), half the gap between the most negative finite
+    number and its neighbour. In float16 the margin is tiny: -65504 plus a score of -16 or less is ``-inf``, so a
+    fully masked row whose scores are all that low becomes NaN, the failure the finite fill is meant to prevent
+    (``scaled_dot_product_attention`` *replaces* the blocked scores instead, which is safe in every dtype). Never
+    add two of these masks (``min + min`` is ``-inf`` in every dtype): combine the boolean masks with
+    ``combine_masks`` first and convert once.
+    """
     return ops.where(mask, ops.cast(0, dtype), ops.cast(most_negative(dtype), dtype))
