@@ -157,9 +157,12 @@ def sliding_window_mask(length: int, window: int):
     """bool ``(1, 1, length, length)``: query ``i`` may attend to keys ``i - window + 1 .. i`` (True = may attend).
 
     The window holds ``window`` positions, the query's own included, as in Hugging Face transformers (its
-    ``sliding_window_overlay``: ``kv_idx > q_idx - sliding_window``); the Mistral 7B paper and reference code let
-    position ``i`` see ``i - window .. i``, one position more. With a key/value cache of ``past`` positions, the rows of
-    the new positions are ``mask[:, :, past:]``, as with ``causal_mask``. ``window >= length`` gives the causal mask.
+    ``sliding_window_overlay``: ``kv_idx > q_idx - sliding_window``), in xformers' ``make_local_attention(window)``
+    that Mistral's own implementation uses (``mistral/cache.py``), and in the rolling cache of ``window`` entries
+    from which Mistral's first ``one_file_ref.py`` generates. The Mistral 7B paper, and the prompt mask of that
+    ``one_file_ref.py`` (mistralai/mistral-src, commit c18d5b9, 2023-09-27), let position ``i`` see
+    ``i - window .. i``, one position more. With a key/value cache of ``past`` positions, the rows of the new
+    positions are ``mask[:, :, past:]``, as with ``causal_mask``. ``window >= length`` gives the causal mask.
     """
     if window < 1:
         raise ValueError(f"window must be a positive integer; got {window}")
