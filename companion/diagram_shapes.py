@@ -116,7 +116,14 @@ def attention_shapes(d_model: int, d_k: int, d_v: int, batch: int, query_len: in
 
 
 def head_shapes(d_model: int, num_heads: int, batch: int, seq_len: int) -> dict[str, Shape]:
-    """Shapes through multi-head attention's split and merge (the oracle's own reshapes), checked against it."""
+    """Shapes through multi-head attention's split and merge (the oracle's own reshapes), checked against it.
+
+    Each key names the array after one step: ``input`` ``(batch, seq_len, d_model)``, ``projected`` (after
+    ``W^Q``), ``reshaped`` ``(batch, seq_len, num_heads, d_head)``, ``split`` (transposed to ``(batch, num_heads,
+    seq_len, d_head)``), ``weights`` ``(batch, num_heads, seq_len, seq_len)``, ``attended`` (the heads' outputs,
+    ``(batch, num_heads, seq_len, d_head)``), ``transposed`` (back to ``(batch, seq_len, num_heads, d_head)``),
+    ``merged`` (the heads concatenated, ``(batch, seq_len, d_model)``) and ``out`` (after ``W^O``).
+    """
     if d_model % num_heads:
         raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
     d_head = d_model // num_heads
@@ -126,13 +133,14 @@ def head_shapes(d_model: int, num_heads: int, batch: int, seq_len: int) -> dict[
     split = reshaped.transpose(0, 2, 1, 3)
     attended, weights = reference.scaled_dot_product_attention(split, split, split)
     transposed = attended.transpose(0, 2, 1, 3)
-    merged = transposed.reshape(batch, seq_len, d_model) @ _zeros(d_model, d_model)
-    out, oracle_weights = reference.multi_head_attention(x, x, x, _attention_params(d_model), num_heads)
-    if out.shape != merged.shape or oracle_weights.shape != weights.shape:  # the diagram must follow the oracle
-        raise AssertionError(f"diagram shapes {merged.shape}, {weights.shape} differ from the oracle's "
-                             f"{out.shape}, {oracle_weights.shape}")
+    merged = transposed.reshape(batch, seq_len, d_model)  # the heads concatenated, as merge_heads returns them
+    out = merged @ _zeros(d_model, d_model)  # W^O
+    oracle_out, oracle_weights = reference.multi_head_attention(x, x, x, _attention_params(d_model), num_heads)
+    if oracle_out.shape != out.shape or oracle_weights.shape != weights.shape:  # the diagram must follow the oracle
+        raise AssertionError(f"diagram shapes {out.shape}, {weights.shape} differ from the oracle's "
+                             f"{oracle_out.shape}, {oracle_weights.shape}")
     found = dict(input=x, projected=projected, reshaped=reshaped, split=split, weights=weights, attended=attended,
-                 transposed=transposed, merged=merged)
+                 transposed=transposed, merged=merged, out=out)
     return {name: tuple(array.shape) for name, array in found.items()}
 
 

@@ -176,61 +176,68 @@ def qkv_dataflow(d_model: int = 512, d_k: int = 64, d_v: int = 64, batch: int = 
     ``query_len != key_len`` draws cross-attention (queries from one sequence, keys and values from another).
     """
     s = attention_shapes(d_model, d_k, d_v, batch, query_len, key_len)
-    c = _Canvas.make(9.6, 5.6, (0, 12), (0, 7))
+    # Larger type than the other diagrams: the figure is shown at its natural width, where 9-10 pt stays legible.
+    text, label = FONT + 2, FONT + 1
+    c = _Canvas.make(10.2, 5.8, (0, 12.75), (0, 7))
     q_from = "Y (queries' sequence)" if query_len != key_len else "X"
-    c.box(0.3, 0.45, 3.2, 0.5, q_from, "data")
-    c.box(6.0, 0.45, 3.2, 0.5, "X (keys' and values' sequence)" if query_len != key_len else "X", "data")
+    c.box(0.3, 0.45, 3.2, 0.5, q_from, "data", size=text)
+    c.box(6.0, 0.45, 3.2, 0.5, "X (keys' and values' sequence)" if query_len != key_len else "X", "data", size=text)
     # Each input's shape under its own box, centred on it, so that no label runs into the other box.
-    c.text(1.9, 0.18, shape_label(s["queries_in"], "batch query_len d_model"), size=FONT - 1, va="center",
+    c.text(1.9, 0.18, shape_label(s["queries_in"], "batch query_len d_model"), size=label, va="center",
            ha="center", color="#1a4f8a", family="monospace")
-    c.text(7.6, 0.18, shape_label(s["keys_in"], "batch key_len d_model"), size=FONT - 1, va="center",
+    c.text(7.6, 0.18, shape_label(s["keys_in"], "batch key_len d_model"), size=label, va="center",
            ha="center", color="#1a4f8a", family="monospace")
     centres = {"Q": 1.9, "K": 5.6, "V": 9.2}
     for name, x in centres.items():
         source_x = 1.9 if name == "Q" else 7.6
         c.arrow((source_x, 0.95), (x, 1.5))
-        c.box(x - 1.0, 1.5, 2.0, 0.5, f"× W^{name}  ({name} projection)", "linear", size=FONT - 1)
-    c.arrow((1.9, 2.0), (1.9, 2.9), "Q " + shape_label(s["q"], "batch query_len d_k"))
-    c.arrow((5.6, 2.0), (5.6, 2.9), "K " + shape_label(s["k"], "batch key_len d_k"))
-    c.arrow((9.2, 2.0), (9.2, 4.9), "V " + shape_label(s["v"], "batch key_len d_v"), side="left")
-    c.box(1.0, 2.9, 5.5, 0.5, "scores = Q Kᵀ / √d_k   (mask: blocked → lowest value)", "attention", size=FONT - 1)
-    c.arrow((3.75, 3.4), (3.75, 4.0), shape_label(s["weights"], "batch query_len key_len"))
-    c.box(2.25, 4.0, 3.0, 0.5, "softmax over keys (rows sum to 1)", "attention", size=FONT - 1)
-    c.arrow((3.75, 4.5), (3.75, 4.9), "weights " + shape_label(s["weights"], "batch query_len key_len"))
-    c.box(2.25, 4.9, 7.6, 0.5, "weights @ V: each query's weighted average of the values", "attention", size=FONT - 1)
-    c.arrow((3.75, 5.4), (3.75, 6.1), "output " + shape_label(s["out"], "batch query_len d_v"))
-    c.text(3.75, 6.3, "one output vector per query", ha="center", size=FONT)
+        c.box(x - 1.2, 1.5, 2.4, 0.5, f"× W^{name}  ({name} projection)", "linear", size=label)
+    c.arrow((1.9, 2.0), (1.9, 2.9), "Q " + shape_label(s["q"], "batch query_len d_k"), size=label)
+    c.arrow((5.6, 2.0), (5.6, 2.9), "K " + shape_label(s["k"], "batch key_len d_k"), size=label)
+    c.arrow((9.2, 2.0), (9.2, 4.9), "V " + shape_label(s["v"], "batch key_len d_v"), size=label)
+    c.box(1.0, 2.9, 5.5, 0.5, "scores = Q Kᵀ / √d_k   (mask: blocked → lowest value)", "attention", size=label)
+    c.arrow((3.75, 3.4), (3.75, 4.0), shape_label(s["weights"], "batch query_len key_len"), size=label)
+    c.box(2.25, 4.0, 3.0, 0.5, "softmax over keys (rows sum to 1)", "attention", size=label)
+    c.arrow((3.75, 4.5), (3.75, 4.9), "weights " + shape_label(s["weights"], "batch query_len key_len"), size=label)
+    c.box(2.25, 4.9, 7.6, 0.5, "weights @ V: each query's weighted average of the values", "attention", size=text)
+    c.arrow((3.75, 5.4), (3.75, 6.1), "output " + shape_label(s["out"], "batch query_len d_v"), size=label)
+    c.text(3.75, 6.3, "one output vector per query", ha="center", size=text)
     return c.fig
 
 
 def heads(d_model: int = 512, num_heads: int = 8, batch: int = 2, seq_len: int = 5) -> Figure:
-    """Multi-head attention's reshapes: project, split into heads, attend per head, merge, project with ``W^O``."""
+    """Multi-head attention's reshapes: project, split into heads, attend per head, merge, project with ``W^O``.
+
+    One row per step, with the shape of the array that step produces printed on the right of its box.
+    """
     s = head_shapes(d_model, num_heads, batch, seq_len)
     steps = [
-        ("X (input)", "data", None),
+        ("X (input)", "data", shape_label(s["input"], "batch seq_len d_model")),
         ("× W^Q, W^K, W^V (one d_model × d_model matrix each)", "linear",
          "Q " + shape_label(s["projected"], "batch seq_len d_model")),
         ("reshape: cut d_model into num_heads pieces of d_head", "data",
          shape_label(s["reshaped"], "batch seq_len num_heads d_head")),
         ("transpose axes 1 and 2: heads become a batch axis", "data",
          shape_label(s["split"], "batch num_heads seq_len d_head")),
-        ("attention in every head at once", "attention",
+        ("softmax(Q Kᵀ / √d_head) in every head at once", "attention",
          "weights " + shape_label(s["weights"], "batch num_heads seq_len seq_len")),
-        ("transpose back", "data", shape_label(s["attended"], "batch num_heads seq_len d_head")),
-        ("reshape: concatenate the heads", "data", shape_label(s["transposed"], "batch seq_len num_heads d_head")),
-        ("× W^O (mixes the heads)", "linear", shape_label(s["merged"], "batch seq_len d_model")),
+        ("weights @ V in every head: the heads' outputs", "attention",
+         shape_label(s["attended"], "batch num_heads seq_len d_head")),
+        ("transpose back", "data", shape_label(s["transposed"], "batch seq_len num_heads d_head")),
+        ("reshape: concatenate the heads", "data", shape_label(s["merged"], "batch seq_len d_model")),
+        ("× W^O (mixes the heads)", "linear", shape_label(s["out"], "batch seq_len d_model")),
     ]
-    c = _Canvas.make(9.0, 6.4, (0, 11), (0, len(steps) * 0.95 + 0.6))
+    size, step = FONT + 1, 0.95
+    c = _Canvas.make(10.0, 7.4, (0, 12), (0, len(steps) * step + 0.6))
     for i, (text, kind, label) in enumerate(steps):
-        y = len(steps) * 0.95 - i * 0.95
-        c.box(0.3, y - 0.45, 5.2, 0.5, text, kind, size=FONT - 1)
+        y = len(steps) * step - i * step
+        c.box(0.3, y - 0.45, 5.6, 0.5, text, kind, size=size)
         if i < len(steps) - 1:
-            c.arrow((2.9, y - 0.45), (2.9, y - 0.9))
-        if label or i == 0:
-            shown = label if i else shape_label(s["input"], "batch seq_len d_model")
-            c.text(5.7, y - 0.2, shown, size=FONT - 1, va="center", color="#1a4f8a", family="monospace")
-    c.text(0.3, 0.15, f"d_model = {d_model}, num_heads = {num_heads}, d_head = {s['split'][-1]}: shapes after "
-           "each step on the right", size=FONT - 1)
+            c.arrow((3.1, y - 0.45), (3.1, y - 0.9))
+        # The shape sits on the box's own line (its centre, y - 0.2), so a row's box and its shape read together.
+        c.text(6.1, y - 0.2, label, size=size, va="center", color="#1a4f8a", family="monospace")
+    c.text(0.3, 0.15, f"d_model = {d_model}, num_heads = {num_heads}, d_head = {s['split'][-1]}: the shape after "
+           "each step on the right", size=size)
     return c.fig
 
 

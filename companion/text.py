@@ -118,7 +118,12 @@ class Vocabulary:
         return ids
 
     def decode(self, ids: Iterable[int], strip_special: bool = True) -> list[str]:
-        """Turn ids back into tokens; stops at the end token and drops padding when ``strip_special``."""
+        """Turn ids back into tokens.
+
+        With ``strip_special`` (the default) decoding stops at the end token and drops every other special token:
+        padding, ``<s>`` and ``<unk>`` too, so an unknown word leaves no trace. ``strip_special=False`` keeps
+        every token, the special ones included, and reads past the end token.
+        """
         tokens = []
         for i in ids:
             token = self.id_to_token(int(i))

@@ -41,10 +41,31 @@ def test_attention_and_head_diagrams() -> None:
     assert "(batch 1, query_len 2, key_len 3)" in text and "(batch 1, query_len 2, d_v 7)" in text
     s = head_shapes(d_model=12, num_heads=3, batch=2, seq_len=5)
     assert s["reshaped"] == (2, 5, 3, 4) and s["split"] == (2, 3, 5, 4) and s["weights"] == (2, 3, 5, 5)
-    assert s["merged"] == (2, 5, 12)
+    assert s["attended"] == (2, 3, 5, 4) and s["transposed"] == (2, 5, 3, 4) and s["merged"] == s["out"] == (2, 5, 12)
     assert "(batch 2, num_heads 3, seq_len 5, d_head 4)" in _texts(diagrams.heads(12, 3, 2, 5))
     with pytest.raises(ValueError, match="divisible"):
         head_shapes(d_model=10, num_heads=3, batch=1, seq_len=2)
+
+
+def _rows(fig: Figure) -> dict[str, str]:
+    """A diagram's rows: the text of each box -> the shape printed on the same line to its right."""
+    lines: dict[float, list] = {}
+    for t in fig.axes[0].texts:
+        lines.setdefault(round(t.get_position()[1], 6), []).append(t)
+    return {min(ts, key=lambda t: t.get_position()[0]).get_text(): max(ts, key=lambda t: t.get_position()[0]).get_text()
+            for ts in lines.values() if len(ts) == 2}
+
+
+def test_heads_diagram_prints_the_shape_each_step_produces() -> None:
+    rows = _rows(diagrams.heads(d_model=12, num_heads=3, batch=2, seq_len=5))
+    # each row shows the shape *after* its step (these two once showed the shape before it)
+    assert rows["transpose back"] == "(batch 2, seq_len 5, num_heads 3, d_head 4)"
+    assert rows["reshape: concatenate the heads"] == "(batch 2, seq_len 5, d_model 12)"
+    assert rows["transpose axes 1 and 2: heads become a batch axis"] == "(batch 2, num_heads 3, seq_len 5, d_head 4)"
+    assert rows["weights @ V in every head: the heads' outputs"] == "(batch 2, num_heads 3, seq_len 5, d_head 4)"
+    assert rows["× W^O (mixes the heads)"] == "(batch 2, seq_len 5, d_model 12)"
+    weights = rows["softmax(Q Kᵀ / √d_head) in every head at once"]
+    assert weights == "weights (batch 2, num_heads 3, seq_len 5, seq_len 5)"
 
 
 def test_mask_placement_draws_the_masks_of_the_first_sentence() -> None:

@@ -294,6 +294,11 @@ class Transformer(keras.Model):
             pre-softmax linear layer, as in section 3.4 of the paper. Needs one joint vocabulary
             (``src_vocab_size == tgt_vocab_size``); ``tgt_embed`` is then the same layer as ``src_embed`` and
             ``generator`` is a :class:`TiedOutput` that multiplies by the transposed table and adds its own bias.
+
+    Every layer keeps its Keras default initialisation: Xavier/Glorot uniform for the ``Dense`` kernels, the same
+    distribution as the PyTorch ``Transformer``'s linear weights, but uniform in [-0.05, 0.05] for the embedding
+    tables (``keras.layers.Embedding``'s default), where the PyTorch ``Transformer`` uses Xavier/Glorot uniform
+    (variance ``2 / (vocab_size + d_model)``). Chapter 1 compares the two.
     """
 
     def __init__(

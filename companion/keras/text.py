@@ -60,8 +60,11 @@ class TokenEmbedding(keras.layers.Layer):
     """A learned vector per token id, optionally multiplied by sqrt(d_model) as in the paper.
 
     Looking up row ``i`` of the table is the same as multiplying the one-hot vector of ``i`` by the table; the
-    lookup just skips the zeros. The sqrt(d_model) factor brings the embeddings (initialised with small values)
-    to the scale of the positional encoding added next.
+    lookup just skips the zeros. The sqrt(d_model) factor multiplies the norm of every row by sqrt(d_model), and
+    that is all it does. Whether the scaled rows then match the positional encoding added next (norm
+    sqrt(d_model / 2) per position) depends on how the table was initialised: ``keras.layers.Embedding``'s default,
+    uniform in [-0.05, 0.05], makes them 0.05 * sqrt(2 * d_model / 3) times as large (0.33 at d_model = 64). The
+    companion's Keras ``Transformer`` keeps that default; chapter 1 measures the ratio for other initialisations.
 
     Args:
         vocab_size: number of ids, PAD included.

@@ -34,8 +34,11 @@ class TokenEmbedding(nn.Module):
     """A learned vector per token id, optionally multiplied by sqrt(d_model) as in the paper.
 
     Looking up row ``i`` of the table is the same as multiplying the one-hot vector of ``i`` by the table; the
-    lookup just skips the zeros. The sqrt(d_model) factor brings the embeddings (initialised with small values)
-    to the scale of the positional encoding added next.
+    lookup just skips the zeros. The sqrt(d_model) factor multiplies the norm of every row by sqrt(d_model), and
+    that is all it does. Whether the scaled rows then match the positional encoding added next (norm
+    sqrt(d_model / 2) per position) depends on how the table was initialised: ``nn.Embedding``'s default, N(0, 1),
+    makes them about sqrt(2 * d_model) times larger. The companion's ``Transformer`` re-initialises the table with
+    Xavier/Glorot uniform; chapter 1 measures the ratio for that and other initialisations.
 
     Args:
         vocab_size: number of ids, PAD included.
