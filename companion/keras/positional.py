@@ -15,7 +15,8 @@ def sinusoidal_positional_encoding(max_len: int, d_model: int):
     """The fixed table of "Attention Is All You Need", section 3.5, shape ``(max_len, d_model)``, float32 tensor.
 
     ``PE[pos, 2i] = sin(pos / 10000**(2i / d_model))`` and ``PE[pos, 2i + 1] = cos(pos / 10000**(2i / d_model))``:
-    each column pair is one frequency, and the wavelengths form a geometric progression from 2*pi to 10000*2*pi.
+    each column pair is one frequency, and the wavelengths form a geometric progression from 2*pi towards
+    10000*2*pi (the last pair stops one ratio short).
     """
     if d_model <= 0 or d_model % 2:
         raise ValueError(f"d_model must be a positive even number (sine and cosine columns pair up); got {d_model}")

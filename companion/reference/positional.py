@@ -10,8 +10,8 @@ def sinusoidal_positional_encoding(max_len: int, d_model: int) -> np.ndarray:
 
     ``PE[pos, 2i] = sin(pos / 10000**(2i / d_model))`` and ``PE[pos, 2i + 1] = cos(pos / 10000**(2i / d_model))``.
     Column pair ``(2i, 2i + 1)`` is a sine and a cosine of one frequency; the wavelengths grow geometrically with
-    ``i``, from 2*pi to 10000*2*pi. The angles are computed in float64: in float32 the angle of position 500 already
-    carries a rounding error of about 3e-5.
+    ``i``, from 2*pi towards 10000*2*pi (the last pair stops one ratio short). The angles are computed in float64:
+    in float32 the angle of position 500 already carries a rounding error of about 3e-5.
     """
     if d_model <= 0 or d_model % 2:
         raise ValueError(f"d_model must be a positive even number (sine and cosine columns pair up); got {d_model}")
